@@ -1,0 +1,46 @@
+"""Helpers shared by the benchmarks and the tests: run a copy of a script, read its TensorBoard logs."""
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "cleanrl_scale"
+
+
+def load_script(name):
+    """Import cleanrl_scale/<name>.py as a module (its training only runs under __main__)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_copy(name, args, workdir, timeout=None, capture=True):
+    """Copy the script alone into `workdir` and run it there, as a user who copied it would."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    shutil.copy(SCRIPTS / f"{name}.py", workdir / f"{name}.py")
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [sys.executable, f"{name}.py", *map(str, args)],
+        cwd=workdir, env=env, capture_output=capture, text=True, timeout=timeout,
+    )
+
+
+def run_dirs(workdir):
+    runs = Path(workdir) / "runs"
+    return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
+
+
+def read_run(run_dir):
+    """({tag: [ScalarEvent(wall_time, step, value)]}, {tag: [text]}) of a run's TensorBoard event files."""
+    ea = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
+    ea.Reload()
+    scalars = {tag: ea.Scalars(tag) for tag in ea.Tags()["scalars"]}
+    texts = {tag: [e.tensor_proto.string_val[0].decode() for e in ea.Tensors(tag)] for tag in ea.Tags()["tensors"]}
+    return scalars, texts

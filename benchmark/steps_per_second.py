@@ -1,0 +1,91 @@
+"""Training steps/s of a torch Atari script vs raw envpool random-action steps/s at the same num-envs.
+
+Each repeat, in this one process on this one machine: (1) step the script's own environment with
+random actions; (2) train a copy of the script from a temporary directory for --iterations
+iterations and time every iteration from the wall times of its TensorBoard events (the first
+iteration, warm-up, is dropped). Also reports the amortised cost of the dynamics/ metrics: the
+iterations that compute them against those that do not.
+
+    python benchmark/steps_per_second.py --script ppo_atari_envpool --num-envs 8 --repeats 3
+"""
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+from common import load_script, read_run, run_copy, run_dirs
+
+
+def raw_env_sps(module, env_id, num_envs, calls):
+    envs = module.make_env(env_id, num_envs, 0)
+    envs.reset()
+    n = envs.action_space.n
+    actions = np.random.default_rng(0).integers(0, n, size=(calls, num_envs))
+    start = time.perf_counter()
+    for a in actions:
+        envs.step(a)
+    elapsed = time.perf_counter() - start
+    envs.close()
+    return calls * num_envs / elapsed
+
+
+def train_sps(script, env_id, num_envs, num_steps, iterations, dynamics_every, extra):
+    batch = num_envs * num_steps
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["--env-id", env_id, "--num-envs", num_envs, "--num-steps", num_steps,
+                "--total-timesteps", batch * iterations, "--dynamics-every", dynamics_every, *extra]
+        result = run_copy(script, args, tmp)
+        if result.returncode:
+            raise SystemExit(f"{script} failed:\n{result.stderr[-3000:]}")
+        scalars, _ = read_run(run_dirs(tmp)[0])
+    ends = [e.wall_time for e in scalars["charts/SPS"]]
+    durations = np.diff(ends)  # iterations 2..n
+    iters = np.arange(2, iterations + 1)
+    measured = (iters % dynamics_every == 0) if dynamics_every else np.zeros_like(iters, dtype=bool)
+    plain = durations[~measured]
+    overhead = float("nan")
+    if measured.any():
+        overhead = (np.median(durations[measured]) - np.median(plain)) / (dynamics_every * np.median(plain))
+    return batch / float(np.median(plain)), overhead
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--script", default="ppo_atari_envpool")
+    parser.add_argument("--env-id", default="Breakout-v5")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--num-steps", type=int, default=128)
+    parser.add_argument("--iterations", type=int, default=21, help="training iterations per repeat")
+    parser.add_argument("--dynamics-every", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--raw-calls", type=int, default=0, help="env.step calls for the raw rate (0 = ~20k steps)")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
+    opts = parser.parse_args()
+    module = load_script(opts.script)
+    calls = opts.raw_calls or max(100, 20000 // opts.num_envs)
+
+    rows = []
+    for repeat in range(opts.repeats):
+        raw = raw_env_sps(module, opts.env_id, opts.num_envs, calls)
+        train, overhead = train_sps(opts.script, opts.env_id, opts.num_envs, opts.num_steps, opts.iterations,
+                                    opts.dynamics_every, opts.extra)
+        rows.append({"raw_sps": raw, "train_sps": train, "ratio": train / raw, "dynamics_overhead": overhead})
+        print(f"repeat {repeat}: raw {raw:,.0f} steps/s, training {train:,.0f} steps/s, "
+              f"ratio {train / raw:.3f}, dynamics overhead {100 * overhead:.2f}%", flush=True)
+    median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    machine = f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores"
+    print(f"median of {opts.repeats} ({opts.script}, {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps, "
+          f"{machine}): raw {median['raw_sps']:,.0f} steps/s, training {median['train_sps']:,.0f} steps/s, "
+          f"ratio {median['ratio']:.3f}, dynamics overhead {100 * median['dynamics_overhead']:.2f}%")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"options": vars(opts), "machine": machine, "repeats": rows, "median": median}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

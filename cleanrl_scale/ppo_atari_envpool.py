@@ -1,0 +1,592 @@
+"""PPO on Atari (envpool), instrumented for the study of parallel data collection.
+
+Implements CleanRL's ppo_atari_envpool (Huang et al., 2022) with:
+- fixed-budget semantics: --total-timesteps counts environment steps, so varying --num-envs and
+  --num-steps keeps the data budget (data-collection paper, §4.2);
+- the scaling recipes of "Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel
+  Environments" (§5, App. D): from a base config, keep the minibatch size and add minibatches, or
+  grow the minibatch (optionally with a sqrt-scaled learning rate), or a hybrid of both;
+- the learning-dynamics metrics of "The Impact of On-Policy Parallelized Data Collection on Deep RL
+  Networks" (App. B): feature rank, dormant neurons, weight norm, gradient kurtosis, policy
+  variance and effective sample size, plus the Data-to-Divergence Ratio (stagnation §4.4);
+- shared or separate CNN encoders for actor and critic (data-collection §5.2);
+- uint8 rollout storage, so that 1024 envs x 128 steps fit in a few GiB.
+"""
+import os
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    torch_threads: int = 0
+    """CPU threads for torch (0 = torch's default)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanrl-scale"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it"""
+    eval_episodes: int = 10
+    """number of full games the saved model is evaluated on"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the envpool Atari environment"""
+    total_timesteps: int = 10000000
+    """total environment steps of the experiment (a fixed data budget)"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer (lr0 of a scaling recipe)"""
+    num_envs: int = 8
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: Optional[int] = None
+    """the number of mini-batches (default 4, or derived from --minibatch-size or the recipe)"""
+    minibatch_size: int = 0
+    """the mini-batch size (0 = derive it from --num-minibatches)"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: Optional[float] = None
+    """the target KL divergence threshold"""
+    grad_accum_size: int = 4096
+    """most states through the network at once: bigger minibatches accumulate gradients over chunks (0 = never split)"""
+    separate_encoders: bool = False
+    """if toggled, actor and critic each get their own CNN torso (data-collection §5.2)"""
+
+    # Scaling recipes (stagnation paper §5, App. D)
+    scaling_recipe: str = "none"
+    """how minibatches and lr follow --num-envs: none, more-minibatches, bigger-minibatch, bigger-minibatch-sqrt-lr, hybrid"""
+    base_num_envs: int = 8
+    """N0: the number of envs of the base config a recipe scales from"""
+    base_num_minibatches: int = 4
+    """M0: the number of minibatches of the base config a recipe scales from"""
+    hybrid_minibatch_factor: int = 0
+    """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
+
+    # Learning-dynamics metrics (data-collection App. B)
+    dynamics_every: int = 10
+    """compute the dynamics/ metrics every this many iterations (0 disables them)"""
+    dynamics_batch: int = 1024
+    """number of states of the current batch the dynamics/ metrics are computed on"""
+    dormant_tau: float = 0.025
+    """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+class BadFlag(ValueError):
+    """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
+
+    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
+    """
+    if base_num_envs <= 0 or base_num_minibatches <= 0:
+        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
+    if (base_num_envs * num_steps) % base_num_minibatches:
+        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
+    k = Fraction(num_envs, base_num_envs)
+    base_mb_size = base_num_envs * num_steps // base_num_minibatches
+    if recipe == "more-minibatches":
+        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
+    elif recipe == "bigger-minibatch":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
+    elif recipe == "bigger-minibatch-sqrt-lr":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
+    elif recipe == "hybrid":
+        if b <= 0:
+            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
+        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
+    else:
+        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    mb_size = size_factor * base_mb_size
+    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
+        raise BadFlag(
+            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
+        )
+    return int(minibatches), int(mb_size), lr0 * lr_factor
+
+
+def resolve_args(args):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
+        if getattr(args, flag) <= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size"):
+        if getattr(args, flag) < 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for flag in ("learning_rate", "clip_coef"):
+        if not getattr(args, flag) > 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("gamma", "gae_lambda"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
+        raise BadFlag(f"--env-id must be an envpool Atari id such as Breakout-v5 (got {args.env_id!r})")
+    args.batch_size = args.num_envs * args.num_steps
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
+            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
+        )
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = 4 if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    return args
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """GAE(lambda) over a rollout of shape (num_steps, num_envs); dones[t] marks obs[t] as a new episode."""
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    num_steps = rewards.shape[0]
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, advantages + values
+
+
+# Learning-dynamics metrics, data-collection paper App. B (formulas restored in SPEC.md)
+def feature_rank(features, threshold=0.99):
+    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
+    sv = torch.linalg.svdvals(features - features.mean(dim=0, keepdim=True))
+    energy = torch.cumsum(sv**2, dim=0)
+    if energy[-1] <= 0:
+        return 0
+    return int(torch.searchsorted(energy, threshold * energy[-1]).item()) + 1
+
+
+def dormant_percentage(activations, tau):
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers.
+
+    Each activation is (batch, units) or (batch, channels, height, width); a conv channel is one neuron.
+    """
+    dormant, total = 0, 0
+    for h in activations:
+        score = h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()
+        score = score.mean(dim=0)
+        score = score / (score.mean() + 1e-9)
+        dormant += int((score <= tau).sum().item())
+        total += score.numel()
+    return 100.0 * dormant / total
+
+
+def weight_norm(model):
+    """B.3: sqrt of the sum of squared Frobenius norms of the weight tensors (biases excluded)."""
+    return torch.sqrt(sum((p.detach() ** 2).sum() for n, p in model.named_parameters() if n.endswith("weight"))).item()
+
+
+def grad_kurtosis(grads):
+    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
+    g = torch.log(torch.cat([x.flatten() for x in grads]).abs() + 1e-8).double()
+    centred = g - g.mean()
+    return ((centred**4).mean() / (centred**2).mean() ** 2).item()
+
+
+def ess_percentage(ratios):
+    """B.5 (Martino et al., 2017): 100 * ESS / N with ESS = 1 / sum_i w_i^2, w = r / sum r."""
+    w = ratios.double() / ratios.double().sum()
+    return (100.0 / (w**2).sum() / ratios.numel()).item()
+
+
+def policy_variance(probs):
+    """B.6: mean over actions of the variance across states of pi(a|s); probs is (states, actions)."""
+    return probs.var(dim=0, unbiased=False).mean().item()
+
+
+def ppo_loss(agent, args, obs, actions, logprobs, advantages, returns, values):
+    """CleanRL's clipped PPO loss on (a chunk of) a minibatch, and its statistics; advantages come normalised."""
+    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(obs, actions)
+    logratio = newlogprob - logprobs
+    ratio = logratio.exp()
+
+    # Policy loss
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    # Value loss
+    newvalue = newvalue.view(-1)
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - returns) ** 2
+        v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    with torch.no_grad():
+        # approx_kl: http://joschu.net/blog/kl-approx.html
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+        stats = torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac])
+    return loss, stats
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def nature_cnn():
+    return nn.Sequential(
+        layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+        nn.ReLU(),
+        layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+        nn.ReLU(),
+        layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+        nn.ReLU(),
+        nn.Flatten(),
+        layer_init(nn.Linear(64 * 7 * 7, 512)),
+        nn.ReLU(),
+    )
+
+
+class Agent(nn.Module):
+    def __init__(self, num_actions, separate_encoders=False):
+        super().__init__()
+        self.network = nature_cnn()
+        self.critic_network = nature_cnn() if separate_encoders else None
+        self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(512, 1), std=1)
+
+    def torsos(self, x):
+        """Features of the actor's and the critic's torso (the same tensor when shared); x is uint8."""
+        x = x.float() / 255.0
+        hidden = self.network(x)
+        return hidden, hidden if self.critic_network is None else self.critic_network(x)
+
+    def get_value(self, x):
+        return self.critic(self.torsos(x)[1])
+
+    def get_logits(self, x):
+        return self.actor(self.network(x.float() / 255.0))
+
+    def get_action_and_value(self, x, action=None):
+        actor_hidden, critic_hidden = self.torsos(x)
+        logits = self.actor(actor_hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(critic_hidden), logits
+
+
+def hidden_activations(torso, x):
+    """Outputs of every ReLU of a torso; the last one is the penultimate-layer features."""
+    acts = []
+    for layer in torso:
+        x = layer(x)
+        if isinstance(layer, nn.ReLU):
+            acts.append(x)
+    return acts
+
+
+@torch.no_grad()
+def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
+    """feature rank, dormant %, weight norm, policy variance and ESS on a sample of the batch (App. B)."""
+    x = obs.float() / 255.0
+    metrics = {"dynamics/weight_norm": weight_norm(agent)}
+    torsos = [("", agent.network)] + ([("_critic", agent.critic_network)] if agent.critic_network is not None else [])
+    for suffix, torso in torsos:
+        acts = hidden_activations(torso, x)
+        metrics[f"dynamics/feature_rank{suffix}"] = feature_rank(acts[-1])
+        metrics[f"dynamics/dormant_pct{suffix}"] = dormant_percentage(acts, tau)
+        if suffix == "":
+            logits = agent.actor(acts[-1])
+    dist = Categorical(logits=logits)
+    metrics["dynamics/policy_variance"] = policy_variance(dist.probs)
+    metrics["dynamics/ess_pct"] = ess_percentage((dist.log_prob(actions) - old_logprobs).exp())
+    return metrics
+
+
+def make_env(env_id, num_envs, seed):
+    # CleanRL's envpool Atari setup: episodic life and clipped rewards for training; info["reward"]
+    # keeps the raw score and info["lives"] the lives left, from which a game over is read.
+    return envpool.make(
+        env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        episodic_life=True,
+        reward_clip=True,
+        seed=seed,
+    )
+
+
+def evaluate(agent, env_id, eval_episodes, seed, device):
+    """Raw score of one full game (all lives) in each of `eval_episodes` envs, actions sampled."""
+    envs = make_env(env_id, eval_episodes, seed)
+    obs, _ = envs.reset()
+    scores, finished = np.zeros(eval_episodes), np.zeros(eval_episodes, dtype=bool)
+    while not finished.all():
+        with torch.inference_mode():
+            action = agent.get_action_and_value(torch.as_tensor(obs, device=device))[0]
+        obs, _, term, trunc, info = envs.step(action.cpu().numpy())
+        scores += info["reward"] * ~finished
+        finished |= (term & (info["lives"] == 0)) | trunc
+    envs.close()
+    return scores
+
+
+def main(args):
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    print(
+        f"batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
+        f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
+        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs"
+    )
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_env(args.env_id, args.num_envs, args.seed)
+    num_actions = envs.action_space.n
+    agent = Agent(num_actions, args.separate_encoders).to(device)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    # rollout storage; observations stay uint8 and are converted per minibatch
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    episode_returns = np.zeros(args.num_envs)
+    recent_returns = deque(maxlen=20)
+
+    global_step = 0
+    start_time = time.time()
+    next_obs, _ = envs.reset()
+    next_obs = torch.as_tensor(next_obs, device=device)
+    next_done = torch.zeros(args.num_envs, device=device)
+    progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", unit_scale=True, dynamic_ncols=True)
+
+    for iteration in range(1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            dones[step] = next_done
+            with torch.inference_mode():
+                action, logprob, _, value, logits = agent.get_action_and_value(next_obs)
+            values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+            behaviour_logits[step] = logits
+
+            next_obs, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, device=device)
+            next_obs = torch.as_tensor(next_obs, device=device)
+            next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
+
+            episode_returns += info["reward"]
+            game_over = (terminations & (info["lives"] == 0)) | truncations
+            for idx in np.flatnonzero(game_over):
+                writer.add_scalar("charts/episodic_return", episode_returns[idx], global_step)
+                writer.add_scalar("charts/episodic_length", info["elapsed_step"][idx], global_step)
+                recent_returns.append(episode_returns[idx])
+            episode_returns[game_over] = 0.0
+
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            advantages, returns = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+
+        b_obs = obs.reshape((-1,) + envs.observation_space.shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape(-1)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
+        b_inds = np.arange(args.batch_size)
+        chunk = args.grad_accum_size or args.minibatch_size
+        clipfracs, grad_norms = [], []
+        for epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=device)
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                optimizer.zero_grad()
+                mb_stats = 0.0
+                # a minibatch larger than --grad-accum-size goes through the network in chunks: same gradient, less memory
+                for c in range(0, args.minibatch_size, chunk):
+                    inds = mb_inds[c : c + chunk]
+                    loss, stats = ppo_loss(
+                        agent, args, b_obs[inds], b_actions[inds], b_logprobs[inds],
+                        mb_advantages[c : c + chunk], b_returns[inds], b_values[inds],
+                    )
+                    share = len(inds) / args.minibatch_size
+                    (loss * share).backward()
+                    mb_stats = mb_stats + stats * share
+                pg_loss, v_loss, entropy_loss, approx_kl, clipfrac = mb_stats.tolist()
+                clipfracs.append(clipfrac)
+                grad_norms.append(nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm).item())
+                if measure and epoch == 0 and start == 0:
+                    # B.4 on the gradient of the iteration's first minibatch
+                    kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
+                optimizer.step()
+
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        # KL(behaviour || updated policy) on the whole batch after the last epoch, exact for a categorical;
+        # DDR = transitions per iteration / that KL (stagnation §4.4)
+        with torch.inference_mode():
+            b_behaviour_logits = behaviour_logits.reshape(-1, num_actions)
+            kl_sum = 0.0
+            for start in range(0, args.batch_size, chunk):
+                new_logits = agent.get_logits(b_obs[start : start + chunk])
+                old_logp = torch.log_softmax(b_behaviour_logits[start : start + chunk], dim=-1)
+                kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum().item()
+            kl = kl_sum / args.batch_size
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", v_loss, global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss, global_step)
+        writer.add_scalar("losses/entropy", entropy_loss, global_step)
+        writer.add_scalar("losses/approx_kl", kl, global_step)
+        writer.add_scalar("losses/approx_kl_last_minibatch", approx_kl, global_step)
+        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
+        writer.add_scalar("losses/grad_norm", np.mean(grad_norms), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/ddr", args.batch_size / max(kl, 1e-12), global_step)
+        if measure:
+            sample = torch.randperm(args.batch_size, device=device)[: args.dynamics_batch]
+            metrics = dynamics_metrics(agent, b_obs[sample], b_actions[sample], b_logprobs[sample], args.dormant_tau)
+            metrics["dynamics/grad_kurtosis"] = kurtosis
+            for tag, value in metrics.items():
+                writer.add_scalar(tag, value, global_step)
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        progress.update(args.batch_size)
+        progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-")
+
+    progress.close()
+    envs.close()
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save(agent.state_dict(), model_path)
+        print(f"model saved to {model_path}")
+        scores = evaluate(agent, args.env_id, args.eval_episodes, args.seed + 1, device)
+        for idx, score in enumerate(scores):
+            writer.add_scalar("eval/episodic_return", score, idx)
+        print(f"eval: mean score {scores.mean():.1f} over {args.eval_episodes} games")
+    writer.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    try:
+        resolve_args(args)
+    except BadFlag as e:
+        print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    main(args)
