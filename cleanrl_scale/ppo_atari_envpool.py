@@ -326,9 +326,14 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
         self.critic = layer_init(nn.Linear(512, 1), std=1)
 
+    def preprocess(self, x):
+        """uint8 frames -> floats in [0, 1], in the memory layout of the conv weights."""
+        channels_last = self.network[0].weight.is_contiguous(memory_format=torch.channels_last)
+        return (x.float() / 255.0).contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
     def torsos(self, x):
         """Features of the actor's and the critic's torso (the same tensor when shared); x is uint8."""
-        x = x.float() / 255.0
+        x = self.preprocess(x)
         hidden = self.network(x)
         return hidden, hidden if self.critic_network is None else self.critic_network(x)
 
@@ -336,7 +341,7 @@ class Agent(nn.Module):
         return self.critic(self.torsos(x)[1])
 
     def get_logits(self, x):
-        return self.actor(self.network(x.float() / 255.0))
+        return self.actor(self.network(self.preprocess(x)))
 
     def get_action_and_value(self, x, action=None):
         actor_hidden, critic_hidden = self.torsos(x)
@@ -360,7 +365,7 @@ def hidden_activations(torso, x):
 @torch.no_grad()
 def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
     """feature rank, dormant %, weight norm, policy variance and ESS on a sample of the batch (App. B)."""
-    x = obs.float() / 255.0
+    x = agent.preprocess(obs)
     metrics = {"dynamics/weight_norm": weight_norm(agent)}
     torsos = [("", agent.network)] + ([("_critic", agent.critic_network)] if agent.critic_network is not None else [])
     for suffix, torso in torsos:
@@ -438,6 +443,8 @@ def main(args):
     envs = make_env(args.env_id, args.num_envs, args.seed)
     num_actions = envs.action_space.n
     agent = Agent(num_actions, args.separate_encoders).to(device)
+    if device.type == "cpu":
+        agent.to(memory_format=torch.channels_last)  # halves the conv update's time on CPU (measured)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     # rollout storage; observations stay uint8 and are converted per minibatch
