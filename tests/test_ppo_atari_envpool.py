@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import read_values, run_copy, run_dirs
+from conftest import assert_bad_input, read_values, run_copy, run_dirs
 
 SCRIPT = "ppo_atari_envpool"
 
@@ -188,11 +188,7 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("argv,flag", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
 def test_bad_input_exits_2_with_one_line_and_no_run_dir(tmp_path, argv, flag):
-    result = run_copy(SCRIPT, argv, tmp_path, timeout=120)
-    assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and flag in lines[0] and "error" in lines[0], result.stderr
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "wandb").exists()
+    assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, flag)
 
 
 # ---------------------------------------------------------------- end to end on real envpool Atari

@@ -1,0 +1,104 @@
+"""Training steps/s of ppo_ewma_jax.py vs random-action stepping of the same vmapped environment.
+
+Each repeat, in this one process on this one machine: (1) the environment's limit: a jitted
+`lax.scan` of --num-steps random-action steps of the script's own vmapped environment (same
+morphologies, same auto-reset) at the same --num-envs, timed after compilation; (2) train a copy of
+the script from a temporary directory for --iterations iterations (no evaluation) and time every
+iteration from the wall times of its TensorBoard events, the first (compilation) dropped. Also
+reports the time from launch to the first logged iteration (mostly compilation).
+
+    python benchmark/jax_steps_per_second.py --env-size m --num-envs 512 --num-steps 32 --repeats 3
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from common import load_script, read_run, run_copy, run_dirs
+
+SCRIPT = "ppo_ewma_jax"
+
+
+def random_action_sps(module, args, scans):
+    env = module.make_env(args)
+    levels = jax.jit(env.sample_levels)(jax.random.PRNGKey(args.seed))
+    dims = jnp.asarray(env.action_dims)
+    ids = jnp.arange(args.num_envs) % args.num_morphologies
+
+    @jax.jit
+    def rollout(state, rng, levels, ids):
+        def body(state, rng):
+            k_action, k_env = jax.random.split(rng)
+            action = jax.random.randint(k_action, (args.num_envs, len(env.action_dims)), 0, dims)
+            _, state, reward, _, _ = env.step(jax.random.split(k_env, args.num_envs), state, action, levels, ids)
+            return state, reward.sum()
+
+        return jax.lax.scan(body, state, jax.random.split(rng, args.num_steps))
+
+    _, state = jax.jit(env.reset)(jax.random.split(jax.random.PRNGKey(0), args.num_envs), levels, ids)
+    for warmup in range(2):  # compiles for the reset state, then once more for the stepped state's (non-weak) types
+        state, _ = jax.block_until_ready(rollout(state, jax.random.PRNGKey(warmup), levels, ids))
+    start = time.perf_counter()
+    for i in range(scans):
+        state, rewards = rollout(state, jax.random.PRNGKey(2 + i), levels, ids)
+    jax.block_until_ready(rewards)
+    return scans * args.num_steps * args.num_envs / (time.perf_counter() - start)
+
+
+def train_sps(flags, iterations, batch):
+    with tempfile.TemporaryDirectory() as tmp:
+        launched = time.time()
+        result = run_copy(SCRIPT, [*flags, "--total-timesteps", batch * iterations, "--eval-every", 0], tmp)
+        if result.returncode:
+            raise SystemExit(f"{SCRIPT} failed:\n{result.stderr[-3000:]}")
+        scalars, _ = read_run(run_dirs(tmp)[0])
+    ends = [e.wall_time for e in scalars["charts/SPS"]]
+    return batch / float(np.median(np.diff(ends))), ends[0] - launched
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env-id", default="locomotion")
+    parser.add_argument("--env-size", default="m")
+    parser.add_argument("--num-morphologies", type=int, default=512)
+    parser.add_argument("--num-envs", type=int, default=512)
+    parser.add_argument("--num-steps", type=int, default=32)
+    parser.add_argument("--iterations", type=int, default=6, help="training iterations per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--scans", type=int, default=5, help="timed random-action rollouts of --num-steps steps")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
+    opts = parser.parse_args()
+    module = load_script(SCRIPT)
+    flags = ["--env-id", opts.env_id, "--env-size", opts.env_size, "--num-morphologies", opts.num_morphologies,
+             "--num-envs", opts.num_envs, "--num-steps", opts.num_steps, *opts.extra]
+    args = module.resolve_args(module.Args(env_id=opts.env_id, env_size=opts.env_size, num_morphologies=opts.num_morphologies,
+                                           num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=1))
+    batch = opts.num_envs * opts.num_steps
+
+    rows = []
+    for repeat in range(opts.repeats):
+        raw = random_action_sps(module, args, opts.scans)
+        train, first = train_sps(flags, opts.iterations, batch)
+        rows.append({"raw_sps": raw, "train_sps": train, "ratio": train / raw, "first_iteration_s": first})
+        print(f"repeat {repeat}: random actions {raw:,.0f} steps/s, training {train:,.0f} steps/s, ratio {train / raw:.3f}, "
+              f"first iteration logged after {first:.0f} s", flush=True)
+    median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.default_backend()}"
+    print(f"median of {opts.repeats} ({opts.env_id} size {opts.env_size}, {opts.num_envs} envs x {opts.num_steps} steps, "
+          f"{machine}): random actions {median['raw_sps']:,.0f} steps/s, training {median['train_sps']:,.0f} steps/s, "
+          f"ratio {median['ratio']:.3f}, first iteration after {median['first_iteration_s']:.0f} s")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"options": vars(opts), "machine": machine, "repeats": rows, "median": median}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

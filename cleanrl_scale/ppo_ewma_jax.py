@@ -1,0 +1,661 @@
+"""PPO and PPO-EWMA in JAX on Kinetix locomotion: the analysis tool of the stagnation paper.
+
+"Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel Environments":
+- PPO's outer loop as stochastic optimisation (§3): every iteration logs the size of the policy
+  update (`charts/update_norm`), the KL it moved the policy by and the Data-to-Divergence Ratio
+  (`charts/ddr`, §4.4);
+- PPO-EWMA (§2.2, Hilton et al., 2022) with `--ewma-com C`: the proximal policy is an EWMA of the
+  actor's weights with centre of mass C minibatch steps, decoupled from the behaviour policy; without
+  the flag, standard PPO (proximal = behaviour policy);
+- the environment of §3-4 and App. A: 512 procedurally generated Jax2D morphologies from Kinetix's
+  locomotion distribution, Table 2's hyper-parameters, `charts/solve_rate` over all morphologies;
+  any discrete-action gymnax env (e.g. CartPole-v1) for quick checks;
+- the scaling recipes of §5 / App. D; checkpoints that can be resumed with a new COM or clip
+  epsilon (Fig. 3a).
+PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches; the host loop
+between iterations only logs, evaluates and checkpoints.
+"""
+import json
+import os
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from functools import partial
+from typing import NamedTuple, Optional
+
+import flax.linen as nn
+import gymnax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax.linen.initializers import constant, orthogonal
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
+ENV_SIZES = ("s", "m", "l")
+# flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
+STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers")
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment (also picks the morphologies)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanrl-scale"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+
+    # Environment
+    env_id: str = "locomotion"
+    """`locomotion` (Kinetix's procedural locomotion morphologies) or a discrete-action gymnax id such as CartPole-v1"""
+    env_size: str = "m"
+    """Kinetix static size of the locomotion levels: s, m or l"""
+    num_morphologies: int = 512
+    """number of locomotion levels, sampled once from --seed; each episode starts on one of them at random"""
+    eval_every: int = 10
+    """evaluate `charts/solve_rate` on every morphology every this many iterations (0 = never; locomotion only)"""
+
+    # Algorithm specific arguments (stagnation paper, Table 2, Jax2D locomotion column)
+    total_timesteps: int = 500_000_000
+    """total environment steps of the experiment"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer (lr0 of a scaling recipe)"""
+    anneal_lr: bool = False
+    """Toggle linear learning rate annealing to 0"""
+    num_envs: int = 2048
+    """the number of parallel environments"""
+    num_steps: int = 256
+    """the number of steps to run in each environment per policy rollout"""
+    gamma: float = 0.995
+    """the discount factor gamma"""
+    gae_lambda: float = 0.9
+    """the lambda for the general advantage estimation"""
+    num_minibatches: Optional[int] = None
+    """the number of mini-batches (default 32, or derived from --minibatch-size or the recipe)"""
+    minibatch_size: int = 0
+    """the mini-batch size (0 = derive it from --num-minibatches)"""
+    update_epochs: int = 8
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization (per minibatch)"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient epsilon (relative to the proximal policy)"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    hidden_size: int = 256
+    """width of the actor's and the critic's MLP"""
+    num_layers: int = 3
+    """hidden layers of the actor's and the critic's MLP"""
+
+    # PPO-EWMA (stagnation §2.2; Hilton et al., 2022)
+    ewma_com: Optional[float] = None
+    """centre of mass C of the EWMA proximal policy in minibatch steps, beta = C / (C + 1); unset = standard PPO"""
+    imp_samp_max: float = 100.0
+    """upper bound of the importance weight pi_prox / pi_behaviour of PPO-EWMA"""
+
+    # Scaling recipes (stagnation paper §5, App. D)
+    scaling_recipe: str = "none"
+    """how minibatches and lr follow --num-envs: none, more-minibatches, bigger-minibatch, bigger-minibatch-sqrt-lr, hybrid"""
+    base_num_envs: int = 2048
+    """N0: the number of envs of the base config a recipe scales from"""
+    base_num_minibatches: int = 32
+    """M0: the number of minibatches of the base config a recipe scales from"""
+    hybrid_minibatch_factor: int = 0
+    """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
+
+    # Checkpoints
+    save_every: int = 0
+    """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0 = never)"""
+    resume: Optional[str] = None
+    """continue from this checkpoint; --ewma-com, --clip-coef and other non-structural flags may change"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+class BadFlag(ValueError):
+    """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
+
+    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
+    """
+    if base_num_envs <= 0 or base_num_minibatches <= 0:
+        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
+    if (base_num_envs * num_steps) % base_num_minibatches:
+        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
+    k = Fraction(num_envs, base_num_envs)
+    base_mb_size = base_num_envs * num_steps // base_num_minibatches
+    if recipe == "more-minibatches":
+        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
+    elif recipe == "bigger-minibatch":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
+    elif recipe == "bigger-minibatch-sqrt-lr":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
+    elif recipe == "hybrid":
+        if b <= 0:
+            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
+        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
+    else:
+        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    mb_size = size_factor * base_mb_size
+    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
+        raise BadFlag(
+            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
+        )
+    return int(minibatches), int(mb_size), lr0 * lr_factor
+
+
+def read_checkpoint(path):
+    """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        leaves = [data[f"leaf_{i}"] for i in range(meta["num_leaves"])]
+    return meta, leaves
+
+
+def resolve_args(args):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "num_morphologies", "hidden_size", "num_layers"):
+        if getattr(args, flag) <= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("minibatch_size", "eval_every", "save_every"):
+        if getattr(args, flag) < 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for flag in ("learning_rate", "clip_coef", "imp_samp_max"):
+        if not getattr(args, flag) > 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("gamma", "gae_lambda"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if args.ewma_com is not None and not args.ewma_com >= 0:
+        raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
+    if args.env_id == "locomotion":
+        if args.env_size not in ENV_SIZES:
+            raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
+    elif args.env_id not in gymnax.registered_envs:
+        raise BadFlag(f"--env-id must be `locomotion` or a gymnax id such as CartPole-v1 (got {args.env_id!r})")
+    else:
+        env, env_params = gymnax.make(args.env_id)
+        if not isinstance(env.action_space(env_params), gymnax.environments.spaces.Discrete):
+            raise BadFlag(f"--env-id {args.env_id} has continuous actions; this script needs a discrete-action env")
+    args.batch_size = args.num_envs * args.num_steps
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
+            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
+        )
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = 32 if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.resume is not None:
+        if not os.path.isfile(args.resume):
+            raise BadFlag(f"--resume {args.resume}: no such file")
+        try:
+            meta, _ = read_checkpoint(args.resume)
+        except Exception as e:  # a truncated or foreign file
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+        for flag in STRUCTURAL_FLAGS:
+            if meta["args"].get(flag) != getattr(args, flag):
+                raise BadFlag(
+                    f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
+                    f"this run has {getattr(args, flag)}; only flags that keep the network and env shapes may change"
+                )
+        if meta["iteration"] >= args.num_iterations:
+            raise BadFlag(f"--resume {args.resume} is at iteration {meta['iteration']}, not before the last ({args.num_iterations}); raise --total-timesteps")
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# Environments: a unified vmapped interface over Kinetix locomotion and gymnax
+# ---------------------------------------------------------------------------------------------
+class EnvFns(NamedTuple):
+    sample_levels: callable  # rng -> levels (a pytree with a leading num_morphologies axis, or a dummy)
+    reset: callable  # (keys, levels, level_ids) -> obs, state
+    step: callable  # (keys, state, action, levels, level_ids) -> obs, state, reward, done, solved
+    obs_dim: int
+    action_dims: tuple  # categories of each action dimension (one categorical per dimension)
+    max_episode_steps: int
+
+
+def make_env(args):
+    """Vmapped reset/step; episodes auto-reset, a locomotion episode onto a random one of the morphologies."""
+    if args.env_id == "locomotion":
+        from kinetix.environment.env import make_kinetix_env
+        from kinetix.environment.env_state import EnvParams
+        from kinetix.environment.spaces import ActionType, ObservationType
+        from kinetix.environment.ued.locomotion_distribution import make_reset_fn_custom_distribution
+        from kinetix.environment.utils import static_env_params_from_size
+
+        static_params = static_env_params_from_size(args.env_size)
+        env_params = EnvParams()
+        env = make_kinetix_env(ActionType.MULTI_DISCRETE, ObservationType.SYMBOLIC_FLAT, None, env_params, static_params)
+        sample_level = make_reset_fn_custom_distribution("locomotion", env_params, static_params)
+
+        def sample_levels(rng):
+            return jax.vmap(sample_level)(jax.random.split(rng, args.num_morphologies))
+
+        def pick(levels, ids):
+            return jax.tree.map(lambda x: x[ids], levels)
+
+        def reset(keys, levels, ids):
+            return jax.vmap(env.reset, (0, None, 0))(keys, env_params, pick(levels, ids))
+
+        def step(keys, state, action, levels, ids):
+            # the reset state of an episode that ends here is the morphology `ids` (Kinetix's override)
+            obs, state, reward, done, info = jax.vmap(env.step, (0, 0, 0, None, 0))(
+                keys, state, action, env_params, pick(levels, ids)
+            )
+            return obs, state, reward, done, info["GoalR"] & done
+
+        space = env.action_space(env_params)
+        dims = tuple(int(n) for n in np.asarray(space.number_of_dims_per_distribution))
+        obs_dim = int(np.prod(env.observation_space(env_params).shape))
+        return EnvFns(sample_levels, reset, step, obs_dim, dims, int(env_params.max_timesteps))
+
+    env, env_params = gymnax.make(args.env_id)
+
+    def reset(keys, levels, ids):
+        obs, state = jax.vmap(env.reset, (0, None))(keys, env_params)
+        return obs.reshape(len(keys), -1), state
+
+    def step(keys, state, action, levels, ids):
+        obs, state, reward, done, _ = jax.vmap(env.step, (0, 0, 0, None))(keys, state, action[:, 0], env_params)
+        return obs.reshape(len(keys), -1), state, reward, done, jnp.zeros_like(done)
+
+    obs_dim = int(np.prod(env.observation_space(env_params).shape))
+    return EnvFns(lambda rng: jnp.zeros(1), reset, step, obs_dim, (int(env.action_space(env_params).n),),
+                  int(env_params.max_steps_in_episode))
+
+
+# ---------------------------------------------------------------------------------------------
+# Network and the multi-categorical policy (one categorical per action dimension)
+# ---------------------------------------------------------------------------------------------
+class MLP(nn.Module):
+    hidden_size: int
+    num_layers: int
+    out: int
+    out_scale: float
+
+    @nn.compact
+    def __call__(self, x):
+        for _ in range(self.num_layers):
+            x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
+        return nn.Dense(self.out, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0))(x)
+
+
+def action_mask(action_dims):
+    """(D, K) mask of the categories that exist in each of the D action dimensions."""
+    return jnp.arange(max(action_dims))[None, :] < jnp.asarray(action_dims)[:, None]
+
+
+def log_policy(logits, mask):
+    """Per-dimension log-probabilities (..., D, K); missing categories get probability 0."""
+    logits = logits.reshape(logits.shape[:-1] + mask.shape)
+    return jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)
+
+
+def log_prob(logp, action):
+    return jnp.take_along_axis(logp, action[..., None], axis=-1)[..., 0].sum(-1)
+
+
+def entropy(logp):
+    return -(jnp.exp(logp) * logp).sum((-2, -1))
+
+
+def kl_divergence(logp_p, logp_q):
+    """Exact KL(p || q) of two multi-categorical policies."""
+    return (jnp.exp(logp_p) * (logp_p - logp_q)).sum((-2, -1))
+
+
+# ---------------------------------------------------------------------------------------------
+# PPO-EWMA (stagnation §2.2, eq. 4; Hilton et al., 2022)
+# ---------------------------------------------------------------------------------------------
+def ewma_beta(com):
+    """Decay of an EWMA whose centre of mass is `com` steps: COM = 1 / (1 - beta) - 1."""
+    return com / (com + 1.0)
+
+
+def ewma_update(prox_params, params, beta):
+    """theta_prox <- beta * theta_prox + (1 - beta) * theta, after every minibatch step."""
+    return jax.tree.map(lambda p, q: beta * p + (1.0 - beta) * q, prox_params, params)
+
+
+def decoupled_policy_loss(newlogprob, prox_logprob, behav_logprob, advantages, clip_coef, imp_samp_max):
+    """-(pi_prox / pi_behav) * min(r_prox A, clip(r_prox, 1 - eps, 1 + eps) A), r_prox = pi / pi_prox (eq. 4).
+
+    In log space; the importance weight pi_prox / pi_behav is bounded above by `imp_samp_max`. With
+    prox = behav it is PPO's clipped surrogate. Returns (loss, clip fraction).
+    """
+    imp_weight = jnp.exp(jnp.minimum(prox_logprob - behav_logprob, jnp.log(imp_samp_max)))
+    ratio = jnp.exp(newlogprob - prox_logprob)
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * jnp.clip(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
+    loss = (imp_weight * jnp.maximum(pg_loss1, pg_loss2)).mean()
+    return loss, (jnp.abs(ratio - 1.0) > clip_coef).mean()
+
+
+def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
+    """GAE(lambda) over (num_steps, num_envs); dones[t] = the episode ended with transition t."""
+
+    def body(carry, x):
+        gae, next_value = carry
+        reward, value, done = x
+        delta = reward + gamma * next_value * (1.0 - done) - value
+        gae = delta + gamma * gae_lambda * (1.0 - done) * gae
+        return (gae, value), gae
+
+    _, advantages = jax.lax.scan(body, (jnp.zeros_like(last_value), last_value), (rewards, values, dones), reverse=True)
+    return advantages, advantages + values
+
+
+class Transition(NamedTuple):
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    logprob: jnp.ndarray
+    behav_logp: jnp.ndarray  # (D, K) log-probabilities of the behaviour policy, for the exact KL
+    value: jnp.ndarray
+    reward: jnp.ndarray
+    done: jnp.ndarray
+
+
+class RunnerState(NamedTuple):
+    params: dict  # {"actor": ..., "critic": ...}
+    opt_state: tuple
+    prox_params: dict  # EWMA of the actor's params (= the actor's params under standard PPO)
+    env_state: tuple
+    obs: jnp.ndarray
+    level_ids: jnp.ndarray  # the morphology each env's next episode starts on
+    episode_return: jnp.ndarray
+    episode_length: jnp.ndarray
+    rng: jnp.ndarray
+
+
+def make_train(args, env):
+    """(init, update, evaluate, optimizer schedule) for these flags, PureJaxRL style."""
+    mask = action_mask(env.action_dims)
+    actor = MLP(args.hidden_size, args.num_layers, mask.size, 0.01)
+    critic = MLP(args.hidden_size, args.num_layers, 1, 1.0)
+    updates_per_iteration = args.update_epochs * args.num_minibatches
+    if args.anneal_lr:
+        schedule = optax.linear_schedule(args.learning_rate, 0.0, args.num_iterations * updates_per_iteration)
+    else:  # a schedule either way, so the optimizer state (and a checkpoint) has one structure
+        schedule = optax.constant_schedule(args.learning_rate)
+    tx = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(schedule, eps=1e-5))
+    ewma = args.ewma_com is not None
+    beta = ewma_beta(args.ewma_com) if ewma else 0.0
+
+    def policy(actor_params, obs):
+        return log_policy(actor.apply(actor_params, obs), mask)
+
+    def value_fn(critic_params, obs):
+        return critic.apply(critic_params, obs)[..., 0]
+
+    def random_level_ids(rng):
+        return jax.random.randint(rng, (args.num_envs,), 0, args.num_morphologies)
+
+    def init(rng, levels):
+        rng, k_actor, k_critic, k_ids, k_next_ids, k_reset = jax.random.split(rng, 6)
+        dummy = jnp.zeros((1, env.obs_dim))
+        params = {"actor": actor.init(k_actor, dummy), "critic": critic.init(k_critic, dummy)}
+        obs, env_state = env.reset(jax.random.split(k_reset, args.num_envs), levels, random_level_ids(k_ids))
+        env_state = jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), env_state)  # drop weak types: one compile of update
+        zeros = jnp.zeros(args.num_envs)
+        return RunnerState(params, tx.init(params), params["actor"], env_state, obs,
+                           random_level_ids(k_next_ids), zeros, zeros, rng)
+
+    def loss_fn(params, prox_logprob, mb, advantages, targets):
+        logp = policy(params["actor"], mb.obs)
+        newlogprob = log_prob(logp, mb.action)
+        pg_loss, clipfrac = decoupled_policy_loss(newlogprob, prox_logprob, mb.logprob, advantages,
+                                                  args.clip_coef, args.imp_samp_max)
+        newvalue = value_fn(params["critic"], mb.obs)
+        if args.clip_vloss:
+            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -args.clip_coef, args.clip_coef)
+            v_loss = 0.5 * jnp.maximum((newvalue - targets) ** 2, (v_clipped - targets) ** 2).mean()
+        else:
+            v_loss = 0.5 * ((newvalue - targets) ** 2).mean()
+        entropy_loss = entropy(logp).mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+        return loss, (pg_loss, v_loss, entropy_loss, clipfrac)
+
+    def update(runner, levels):
+        start_params = runner.params
+
+        def env_step(runner, _):
+            rng, k_action, k_env, k_ids = jax.random.split(runner.rng, 4)
+            logp = policy(runner.params["actor"], runner.obs)
+            action = jax.random.categorical(k_action, logp)
+            value = value_fn(runner.params["critic"], runner.obs)
+            obs, env_state, reward, done, solved = env.step(
+                jax.random.split(k_env, args.num_envs), runner.env_state, action, levels, runner.level_ids
+            )
+            episode_return = runner.episode_return + reward
+            episode_length = runner.episode_length + 1
+            # an env whose episode ended has just been reset onto runner.level_ids: draw its next one
+            level_ids = jnp.where(done, random_level_ids(k_ids), runner.level_ids)
+            stats = (done, episode_return * done, episode_length * done, solved)
+            transition = Transition(runner.obs, action, log_prob(logp, action), logp, value, reward, done.astype(jnp.float32))
+            runner = runner._replace(env_state=env_state, obs=obs, level_ids=level_ids, rng=rng,
+                                     episode_return=episode_return * (1 - done), episode_length=episode_length * (1 - done))
+            return runner, (transition, stats)
+
+        runner, (traj, stats) = jax.lax.scan(env_step, runner, None, args.num_steps)
+        last_value = value_fn(runner.params["critic"], runner.obs)
+        advantages, targets = compute_gae(traj.reward, traj.value, traj.done, last_value, args.gamma, args.gae_lambda)
+
+        def update_minibatch(carry, minibatch):
+            params, opt_state, prox_params = carry
+            mb, mb_advantages, mb_targets = minibatch
+            if args.norm_adv:
+                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+            prox_logprob = log_prob(policy(prox_params, mb.obs), mb.action) if ewma else mb.logprob
+            (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            prox_params = ewma_update(prox_params, params["actor"], beta) if ewma else params["actor"]
+            return (params, opt_state, prox_params), (*aux, optax.global_norm(grads))
+
+        def update_epoch(carry, rng):
+            batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]), (traj, advantages, targets))
+            permutation = jax.random.permutation(rng, args.batch_size)
+            minibatches = jax.tree.map(
+                lambda x: x[permutation].reshape((args.num_minibatches, args.minibatch_size) + x.shape[1:]), batch
+            )
+            return jax.lax.scan(update_minibatch, carry, minibatches)
+
+        rng, k_epochs = jax.random.split(runner.rng)
+        (params, opt_state, prox_params), losses = jax.lax.scan(
+            update_epoch, (runner.params, runner.opt_state, runner.prox_params), jax.random.split(k_epochs, args.update_epochs)
+        )
+        runner = runner._replace(params=params, opt_state=opt_state, prox_params=prox_params, rng=rng)
+
+        # KL(behaviour || updated policy) on the whole batch after the last epoch, exact for categoricals;
+        # DDR = transitions per iteration / that KL (stagnation §4.4). In minibatch-sized chunks.
+        def batch_kls(chunk):
+            obs, behav_logp = chunk
+            new_logp = policy(params["actor"], obs)
+            return kl_divergence(behav_logp, new_logp).sum(), kl_divergence(policy(prox_params, obs), new_logp).sum()
+
+        chunks = jax.tree.map(lambda x: x.reshape((args.num_minibatches, args.minibatch_size) + x.shape[2:]),
+                              (traj.obs, traj.behav_logp))
+        kl_sums, prox_kl_sums = jax.lax.map(batch_kls, chunks)
+        pg_loss, v_loss, entropy_loss, clipfrac, grad_norm = jax.tree.map(jnp.mean, losses)
+        diff = jax.tree.map(lambda a, b: a - b, params, start_params)
+        done, ret_sum, len_sum, solved = jax.tree.map(jnp.sum, stats)
+        metrics = {
+            "losses/policy_loss": pg_loss,
+            "losses/value_loss": v_loss,
+            "losses/entropy": entropy_loss,
+            "losses/clipfrac": clipfrac,
+            "losses/grad_norm": grad_norm,
+            "losses/approx_kl": kl_sums.sum() / args.batch_size,
+            "charts/update_norm": optax.global_norm(diff),
+            "charts/update_norm_actor": optax.global_norm(diff["actor"]),
+            "losses/explained_variance": 1.0 - jnp.var(targets - traj.value) / jnp.var(targets),
+            "episodes": done,
+            "episode_return_sum": ret_sum,
+            "episode_length_sum": len_sum,
+            "episodes_solved": solved,
+        }
+        if ewma:
+            metrics["losses/prox_kl"] = prox_kl_sums.sum() / args.batch_size
+        return runner, metrics
+
+    def evaluate(params, levels, rng):
+        """Share of the morphologies whose first episode, from its start, reaches the goal (actions sampled)."""
+        k_reset, k_run = jax.random.split(rng)
+        ids = jnp.arange(args.num_morphologies)
+        obs, state = env.reset(jax.random.split(k_reset, args.num_morphologies), levels, ids)
+
+        def body(carry, rng):
+            obs, state, running, solved, returns = carry
+            k_action, k_env = jax.random.split(rng)
+            action = jax.random.categorical(k_action, policy(params["actor"], obs))
+            obs, state, reward, done, goal = env.step(jax.random.split(k_env, args.num_morphologies), state, action, levels, ids)
+            solved = solved | (running & goal)
+            returns = returns + reward * running
+            return (obs, state, running & ~done, solved, returns), None
+
+        running = jnp.ones(args.num_morphologies, dtype=bool)
+        init = (obs, state, running, jnp.zeros_like(running), jnp.zeros(args.num_morphologies))
+        (_, _, _, solved, returns), _ = jax.lax.scan(body, init, jax.random.split(k_run, env.max_episode_steps))
+        return solved.mean(), returns.mean()
+
+    return init, update, evaluate, schedule
+
+
+def save_checkpoint(path, runner, levels, iteration, global_step, args):
+    """One .npz: every array of the runner state and the morphologies, plus the flags and counters."""
+    leaves = jax.tree.leaves((runner, levels))
+    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step, "args": asdict(args)}
+    tmp = f"{path}.tmp.npz"
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)})
+    os.replace(tmp, path)  # never a half-written checkpoint
+
+
+def restore_checkpoint(path, target):
+    """(runner, levels), iteration, global_step from `path`, checked leaf by leaf against `target`'s shapes."""
+    meta, leaves = read_checkpoint(path)
+    expected, treedef = jax.tree.flatten(target)
+    if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
+        raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
+    return jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves]), meta["iteration"], meta["global_step"]
+
+
+def main(args):
+    env = make_env(args)
+    init, update, evaluate, schedule = make_train(args, env)
+    rng = jax.random.PRNGKey(args.seed)
+    rng, k_levels, k_init = jax.random.split(rng, 3)
+
+    start_iteration, global_step = 0, 0
+    if args.resume is not None:
+        target = jax.eval_shape(lambda: (init(k_init, env.sample_levels(k_levels)), env.sample_levels(k_levels)))
+        (runner, levels), start_iteration, global_step = restore_checkpoint(args.resume, target)
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    mode = "PPO" if args.ewma_com is None else f"PPO-EWMA (COM {args.ewma_com:g}, beta {ewma_beta(args.ewma_com):.4f})"
+    print(
+        f"{mode}: batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
+        f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
+        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
+        + (f"; resuming {args.resume} after iteration {start_iteration}" if args.resume else "")
+    )
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    if args.resume is None:
+        levels = jax.jit(env.sample_levels)(k_levels)
+        runner = jax.jit(init)(k_init, levels)
+    update = jax.jit(update, donate_argnums=0)
+    evaluate = jax.jit(evaluate)
+    eval_rng = jax.random.PRNGKey(args.seed + 10_000)  # evaluation never draws from the training stream
+    locomotion = args.env_id == "locomotion"
+
+    recent_returns = deque(maxlen=20)
+    progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step",
+                    unit_scale=True, dynamic_ncols=True)
+    start_time, start_step = time.time(), global_step
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
+        runner, metrics = update(runner, levels)
+        metrics = jax.device_get(metrics)
+        global_step += args.batch_size
+        episodes = metrics.pop("episodes")
+        ret_sum, len_sum, solved = (metrics.pop(k) for k in ("episode_return_sum", "episode_length_sum", "episodes_solved"))
+        if episodes:
+            recent_returns.append(ret_sum / episodes)
+            writer.add_scalar("charts/episodic_return", ret_sum / episodes, global_step)
+            writer.add_scalar("charts/episodic_length", len_sum / episodes, global_step)
+            if locomotion:
+                writer.add_scalar("charts/episodic_solve_rate", solved / episodes, global_step)
+        for tag, value in metrics.items():
+            writer.add_scalar(tag, value, global_step)
+        writer.add_scalar("charts/ddr", args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12), global_step)
+        writer.add_scalar("charts/learning_rate", float(schedule(iteration * args.update_epochs * args.num_minibatches)), global_step)
+        if locomotion and args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations):
+            solve_rate, eval_return = jax.device_get(evaluate(runner.params, levels, jax.random.fold_in(eval_rng, iteration)))
+            writer.add_scalar("charts/solve_rate", solve_rate, global_step)
+            writer.add_scalar("charts/eval_return", eval_return, global_step)
+        if args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+            os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
+            save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", runner, levels, iteration, global_step, args)
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        progress.update(args.batch_size)
+        progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
+    progress.close()
+    writer.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    try:
+        resolve_args(args)
+        main(args)
+    except BadFlag as e:
+        print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
+        sys.exit(2)

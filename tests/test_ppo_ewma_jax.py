@@ -1,0 +1,263 @@
+"""ppo_ewma_jax.py: the decoupled PPO-EWMA loss, the EWMA, GAE, the multi-categorical policy, flags,
+CartPole learning in both modes, locomotion end to end, and exact resume from a checkpoint."""
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import assert_bad_input, load_script, read_values, run_copy, run_dirs
+
+SCRIPT = "ppo_ewma_jax"
+# a tiny locomotion config: size s, few morphologies, envs and steps; 4 iterations, checkpoints at 2 and 4
+TINY_LOCOMOTION = ["--env-size", "s", "--num-morphologies", "8", "--num-envs", "8", "--num-steps", "16",
+                   "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "512"]
+# PureJaxRL's CartPole settings, at 16 envs so that the host loop runs few iterations
+CARTPOLE = ["--env-id", "CartPole-v1", "--num-envs", "16", "--num-steps", "128", "--num-minibatches", "4",
+            "--update-epochs", "4", "--gamma", "0.99", "--gae-lambda", "0.95", "--learning-rate", "2.5e-4",
+            "--anneal-lr", "--total-timesteps", "500000"]
+EVERY_TAG = [
+    "losses/approx_kl", "charts/ddr", "losses/grad_norm", "charts/update_norm", "losses/clipfrac",
+    "charts/episodic_return", "charts/SPS", "losses/prox_kl", "charts/solve_rate", "losses/policy_loss",
+    "losses/value_loss", "losses/entropy", "losses/explained_variance", "charts/learning_rate",
+]
+LOSS_TAGS = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/prox_kl",
+             "losses/grad_norm", "charts/update_norm"]
+
+
+@pytest.fixture(scope="module")
+def ewma():
+    return load_script(SCRIPT)
+
+
+# ---- the decoupled objective (stagnation §2.2, eq. 4) ---------------------------------------------
+def random_logprobs(seed, n=64, spread=0.5):
+    rng = np.random.default_rng(seed)
+    behav = rng.normal(-1.0, spread, n)
+    return jnp.asarray(behav + rng.normal(0, spread, n)), jnp.asarray(behav + rng.normal(0, spread, n)), \
+        jnp.asarray(behav), jnp.asarray(rng.normal(0, 1, n))
+
+
+def test_decoupled_ratios_multiply_to_the_plain_importance_ratio_without_clipping(ewma):
+    new, prox, behav, adv = random_logprobs(0)
+
+    def decoupled(new):
+        return ewma.decoupled_policy_loss(new, prox, behav, adv, clip_coef=np.inf, imp_samp_max=np.inf)[0]
+
+    def importance_weighted_pg(new):
+        return -(jnp.exp(new - behav) * adv).mean()
+
+    np.testing.assert_allclose(decoupled(new), importance_weighted_pg(new), rtol=1e-6)
+    np.testing.assert_allclose(jax.grad(decoupled)(new), jax.grad(importance_weighted_pg)(new), rtol=1e-5, atol=1e-8)
+
+
+def test_decoupled_loss_with_proximal_equal_to_behaviour_is_ppo_clipped_surrogate(ewma):
+    new, _, behav, adv = random_logprobs(1, spread=0.3)
+    ratio = np.exp(np.asarray(new) - np.asarray(behav))
+    eps = 0.2
+    ppo = np.mean(np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - eps, 1 + eps)))
+    loss, clipfrac = ewma.decoupled_policy_loss(new, behav, behav, adv, eps, 100.0)
+    assert 0 < clipfrac < 1  # some ratios are outside [1 - eps, 1 + eps], so clipping is exercised
+    np.testing.assert_allclose(loss, ppo, rtol=1e-5)
+    np.testing.assert_allclose(clipfrac, np.mean(np.abs(ratio - 1) > eps), rtol=1e-6)
+
+
+def test_importance_weight_is_bounded_by_imp_samp_max(ewma):
+    behav = jnp.array([-10.0])
+    prox = jnp.array([-0.1])  # pi_prox / pi_behav = e^9.9 ~ 20,000
+    loss, _ = ewma.decoupled_policy_loss(prox, prox, behav, jnp.array([1.0]), 0.2, 100.0)
+    np.testing.assert_allclose(loss, -100.0, rtol=1e-5)  # weight 100 x ratio 1 x advantage 1
+
+
+def test_beta_from_centre_of_mass(ewma):
+    assert ewma.ewma_beta(0.0) == 0.0
+    assert ewma.ewma_beta(1.0) == 0.5
+    assert ewma.ewma_beta(3.0) == 0.75
+    beta = ewma.ewma_beta(99.0)
+    assert abs(1 / (1 - beta) - 1 - 99.0) < 1e-9  # COM = 1 / (1 - beta) - 1
+
+
+def test_ewma_update_after_one_step(ewma):
+    prox = {"w": jnp.array([1.0, 2.0]), "b": jnp.array(0.0)}
+    params = {"w": jnp.array([3.0, -2.0]), "b": jnp.array(4.0)}
+    out = ewma.ewma_update(prox, params, 0.75)
+    np.testing.assert_allclose(out["w"], [1.5, 1.0])  # 0.75 * 1 + 0.25 * 3, 0.75 * 2 + 0.25 * -2
+    np.testing.assert_allclose(out["b"], 1.0)
+
+
+# ---- GAE and the policy -----------------------------------------------------------------------------
+def test_gae_matches_a_reference_loop(ewma):
+    rng = np.random.default_rng(2)
+    steps, envs, gamma, lam = 12, 3, 0.99, 0.9
+    rewards, values = rng.normal(size=(steps, envs)), rng.normal(size=(steps, envs))
+    dones = (rng.random((steps, envs)) < 0.2).astype(np.float32)
+    last_value = rng.normal(size=envs)
+    expected = np.zeros((steps, envs))
+    for e in range(envs):
+        gae, next_value = 0.0, last_value[e]
+        for t in reversed(range(steps)):
+            nonterminal = 1.0 - dones[t, e]
+            delta = rewards[t, e] + gamma * next_value * nonterminal - values[t, e]
+            gae = delta + gamma * lam * nonterminal * gae
+            expected[t, e], next_value = gae, values[t, e]
+    adv, ret = ewma.compute_gae(*map(jnp.asarray, (rewards, values, dones, last_value)), gamma, lam)
+    np.testing.assert_allclose(adv, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ret, expected + values, rtol=1e-5, atol=1e-5)
+
+
+def test_multi_categorical_masks_missing_categories_and_kl_is_exact(ewma):
+    mask = ewma.action_mask((3, 2))  # a motor (3 choices) and a thruster (2)
+    logits_p = jnp.array([0.0, 1.0, 2.0, 0.5, -0.5, 123.0])  # the thruster's third logit does not exist
+    logits_q = jnp.array([1.0, 0.0, 0.0, 0.0, 0.0, -7.0])
+    logp, logq = ewma.log_policy(logits_p, mask), ewma.log_policy(logits_q, mask)
+    np.testing.assert_allclose(jnp.exp(logp).sum(-1), [1.0, 1.0], rtol=1e-6)
+    assert float(jnp.exp(logp[1, 2])) == 0.0
+    p = [np.exp([0.0, 1.0, 2.0]) / np.exp([0.0, 1.0, 2.0]).sum(), np.exp([0.5, -0.5]) / np.exp([0.5, -0.5]).sum()]
+    q = [np.exp([1.0, 0.0, 0.0]) / np.exp([1.0, 0.0, 0.0]).sum(), np.array([0.5, 0.5])]
+    kl = sum((pi * np.log(pi / qi)).sum() for pi, qi in zip(p, q))
+    np.testing.assert_allclose(ewma.kl_divergence(logp, logq), kl, rtol=1e-5)
+    np.testing.assert_allclose(ewma.log_prob(logp, jnp.array([2, 0])), np.log(p[0][2] * p[1][0]), rtol=1e-6)
+    np.testing.assert_allclose(ewma.entropy(logp), -sum((pi * np.log(pi)).sum() for pi in p), rtol=1e-6)
+
+
+# ---- flags ------------------------------------------------------------------------------------------
+def test_defaults_are_table_2_locomotion(ewma):
+    args = ewma.resolve_args(ewma.Args())
+    assert (args.gamma, args.gae_lambda, args.num_steps, args.update_epochs, args.clip_coef) == (0.995, 0.9, 256, 8, 0.2)
+    assert (args.max_grad_norm, args.clip_vloss, args.vf_coef, args.ent_coef) == (0.5, True, 0.5, 0.01)
+    assert (args.learning_rate, args.num_envs, args.num_minibatches, args.minibatch_size) == (3e-4, 2048, 32, 16384)
+    assert (args.hidden_size, args.num_layers, args.num_morphologies, args.ewma_com) == (256, 3, 512, None)
+
+
+@pytest.mark.parametrize("recipe, b, expected", [
+    ("more-minibatches", 0, (128, 16384, 3e-4)),
+    ("bigger-minibatch", 0, (32, 65536, 3e-4)),
+    ("bigger-minibatch-sqrt-lr", 0, (32, 65536, 6e-4)),
+    ("hybrid", 2, (64, 32768, 3e-4 * 2**0.5)),
+])
+def test_scaling_recipes_from_this_scripts_base_of_2048_envs_and_32_minibatches(ewma, recipe, b, expected):
+    args = ewma.resolve_args(ewma.Args(num_envs=8192, scaling_recipe=recipe, hybrid_minibatch_factor=b))
+    assert (args.num_minibatches, args.minibatch_size) == expected[:2]
+    assert args.learning_rate == pytest.approx(expected[2])
+
+
+def run_script(args, workdir):
+    return run_copy(SCRIPT, args, workdir, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def cartpole_tracked(tmp_path_factory):
+    """A tiny CartPole run with wandb (offline) and a checkpoint after each of its 2 iterations."""
+    workdir = tmp_path_factory.mktemp("cartpole_ckpt")
+    result = run_script(["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
+                         "--update-epochs", "1", "--total-timesteps", "64", "--save-every", "1", "--track"], workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def cartpole_checkpoint(cartpole_tracked):
+    return run_dirs(cartpole_tracked)[0] / "checkpoints" / "iter_1.npz"
+
+
+def test_track_logs_to_wandb_offline_and_checkpoints_every_iteration(cartpole_tracked):
+    assert list((cartpole_tracked / "wandb").glob("offline-run-*")), "wandb offline run missing"
+    checkpoints = sorted(p.name for p in (run_dirs(cartpole_tracked)[0] / "checkpoints").iterdir())
+    assert checkpoints == ["iter_1.npz", "iter_2.npz"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--ewma-com", "-1"], "--ewma-com must be >= 0"),
+    (["--clip-coef", "0"], "--clip-coef must be positive"),
+    (["--imp-samp-max", "0"], "--imp-samp-max must be positive"),
+    (["--num-envs", "6", "--num-steps", "5", "--num-minibatches", "4"], "--num-minibatches 4 must be positive and divide the batch 30"),
+    (["--num-envs", "3", "--scaling-recipe", "more-minibatches"], "fractional minibatch count"),
+    (["--env-id", "NoSuchEnv-v0"], "--env-id must be `locomotion` or a gymnax id"),
+    (["--env-id", "Pendulum-v1"], "continuous actions"),
+    (["--env-size", "xl"], "--env-size must be one of s, m, l"),
+    (["--resume", "no/such/checkpoint.npz"], "--resume no/such/checkpoint.npz: no such file"),
+])
+def test_bad_flags_fail_before_compute_with_one_line(tmp_path, flags, message):
+    assert_bad_input(run_script(flags, tmp_path), tmp_path, message)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--num-envs", "8"], "was saved with --num-envs 4, this run has 8"),
+    (["--hidden-size", "64"], "was saved with --hidden-size 256, this run has 64"),
+])
+def test_resume_from_a_checkpoint_of_another_shape_is_refused(tmp_path, cartpole_checkpoint, flags, message):
+    base = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
+            "--total-timesteps", "128", "--resume", cartpole_checkpoint]
+    assert_bad_input(run_script(base + flags, tmp_path), tmp_path, message)
+
+
+def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(tmp_path):
+    (tmp_path / "notes.npz").write_text("not a checkpoint")
+    result = run_script(["--env-id", "CartPole-v1", "--resume", tmp_path / "notes.npz"], tmp_path)
+    assert_bad_input(result, tmp_path, "is not a checkpoint of this script")
+
+
+def test_restore_checks_every_array_shape(ewma, cartpole_checkpoint):
+    meta, leaves = ewma.read_checkpoint(cartpole_checkpoint)
+    target = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
+    restored, iteration, step = ewma.restore_checkpoint(cartpole_checkpoint, target)
+    assert (iteration, step) == (1, 32) and all(np.array_equal(a, b) for a, b in zip(restored, leaves))
+    target[0] = jax.ShapeDtypeStruct((leaves[0].shape[0] + 1,) + leaves[0].shape[1:], leaves[0].dtype)
+    with pytest.raises(ewma.BadFlag, match="does not match this network"):
+        ewma.restore_checkpoint(cartpole_checkpoint, target)
+
+
+# ---- learning, end to end, resume -------------------------------------------------------------------
+@pytest.mark.parametrize("mode", [[], ["--ewma-com", "4"]], ids=["ppo", "ppo-ewma"])
+def test_cartpole_learns_to_400_in_under_3_minutes(tmp_path, mode):
+    start = time.time()
+    result = run_script(CARTPOLE + mode, tmp_path)
+    elapsed = time.time() - start
+    assert result.returncode == 0, result.stderr[-3000:]
+    returns = np.array(read_values(run_dirs(tmp_path)[0])[0]["charts/episodic_return"])
+    smoothed = np.convolve(returns, np.ones(10) / 10, mode="valid")
+    assert smoothed.max() >= 400, f"best 10-iteration mean return {smoothed.max():.1f}"
+    assert elapsed < 180, f"took {elapsed:.0f} s"
+
+
+@pytest.fixture(scope="module")
+def locomotion_run(tmp_path_factory):
+    """PPO-EWMA on tiny locomotion from a copy of the script: 4 iterations, evaluation and checkpoints every 2."""
+    workdir = tmp_path_factory.mktemp("locomotion")
+    result = run_script(TINY_LOCOMOTION + ["--ewma-com", "2", "--eval-every", "2", "--save-every", "2"], workdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dirs(workdir)[0]
+
+
+def test_locomotion_logs_every_tag(locomotion_run):
+    scalars, texts = read_values(locomotion_run)
+    missing = [tag for tag in EVERY_TAG if tag not in scalars]
+    assert not missing, missing
+    assert len(scalars["losses/approx_kl"]) == 4 and len(scalars["charts/solve_rate"]) == 2
+    assert all(0.0 <= v <= 1.0 for v in scalars["charts/solve_rate"])
+    kl, ddr = np.array(scalars["losses/approx_kl"]), np.array(scalars["charts/ddr"])
+    assert np.all(kl > 0) and np.allclose(ddr, 8 * 16 / kl, rtol=1e-5)
+    assert all(v > 0 for v in scalars["charts/update_norm"]) and all(v > 0 for v in scalars["losses/prox_kl"])
+    assert "ewma_com" in texts["hyperparameters/text_summary"][0]
+
+
+def test_resume_continues_exactly(locomotion_run, tmp_path):
+    result = run_script(TINY_LOCOMOTION + ["--ewma-com", "2", "--eval-every", "0", "--resume",
+                                           locomotion_run / "checkpoints" / "iter_2.npz"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    original, resumed = read_values(locomotion_run)[0], read_values(run_dirs(tmp_path)[0])[0]
+    for tag in LOSS_TAGS:
+        assert len(resumed[tag]) == 2, tag  # iterations 3 and 4
+        np.testing.assert_allclose(resumed[tag], original[tag][2:], rtol=1e-6, err_msg=tag)
+
+
+def test_resume_with_a_new_com_and_clip(locomotion_run, tmp_path):
+    result = run_script(TINY_LOCOMOTION + ["--ewma-com", "50", "--clip-coef", "0.05", "--eval-every", "0", "--resume",
+                                           locomotion_run / "checkpoints" / "iter_2.npz"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "PPO-EWMA (COM 50" in result.stdout
+    original, resumed = read_values(locomotion_run)[0], read_values(run_dirs(tmp_path)[0])[0]
+    assert len(resumed["losses/prox_kl"]) == 2
+    # the same batch (same rollout from the same state) is optimised differently
+    assert not np.allclose(resumed["losses/approx_kl"], original["losses/approx_kl"][2:], rtol=1e-3)
