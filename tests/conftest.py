@@ -3,6 +3,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,3 +33,31 @@ def assert_bad_input(result, workdir, text):
 def jax_compilation_cache(tmp_path_factory):
     """JAX scripts run as subprocesses share compiled programs through JAX's persistent cache."""
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(tmp_path_factory.mktemp("jax_cache")))
+
+
+def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):
+    """A_t = sum_l (gamma lam)^l delta_{t+l}, summed forward until the episode ends."""
+    T, N = rewards.shape
+    values_ext = np.concatenate([values, next_value[None]])
+    dones_ext = np.concatenate([dones, next_done[None]])
+    adv = np.zeros((T, N))
+    for env in range(N):
+        for t in range(T):
+            total, weight = 0.0, 1.0
+            for k in range(t, T):
+                notdone = 1.0 - dones_ext[k + 1, env]
+                delta = rewards[k, env] + gamma * values_ext[k + 1, env] * notdone - values_ext[k, env]
+                total += weight * delta
+                if notdone == 0.0:
+                    break
+                weight *= gamma * lam
+            adv[t, env] = total
+    return adv
+
+
+def run_ok(script, args, workdir, timeout=900):
+    """Run a copy of `script` that must succeed: (run_dir, result, scalars, texts) of its one run."""
+    result = run_copy(script, args, workdir, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = run_dirs(workdir)
+    return (run_dir, result, *read_values(run_dir))

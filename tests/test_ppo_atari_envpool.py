@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from conftest import assert_bad_input, read_values, run_copy, run_dirs
+from conftest import assert_bad_input, read_values, reference_gae, run_copy, run_dirs
 
 SCRIPT = "ppo_atari_envpool"
 
@@ -87,26 +87,6 @@ def test_policy_variance_of_opposite_and_identical_policies(ppo_atari):
 
 
 # ---------------------------------------------------------------- GAE
-def _reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):
-    """A_t = sum_l (gamma lam)^l delta_{t+l}, summed forward until the episode ends."""
-    T, N = rewards.shape
-    values_ext = np.concatenate([values, next_value[None]])
-    dones_ext = np.concatenate([dones, next_done[None]])
-    adv = np.zeros((T, N))
-    for env in range(N):
-        for t in range(T):
-            total, weight = 0.0, 1.0
-            for k in range(t, T):
-                notdone = 1.0 - dones_ext[k + 1, env]
-                delta = rewards[k, env] + gamma * values_ext[k + 1, env] * notdone - values_ext[k, env]
-                total += weight * delta
-                if notdone == 0.0:
-                    break
-                weight *= gamma * lam
-            adv[t, env] = total
-    return adv
-
-
 @pytest.mark.parametrize("gamma,lam", [(0.99, 0.95), (0.9, 0.0), (0.97, 1.0)])
 def test_gae_matches_reference_loop_across_episode_ends(ppo_atari, gamma, lam):
     rng = np.random.default_rng(0)
@@ -116,7 +96,7 @@ def test_gae_matches_reference_loop_across_episode_ends(ppo_atari, gamma, lam):
     next_value, next_done = rng.normal(size=N), np.array([0.0, 1.0, 0.0, 1.0, 0.0])
     t = lambda x: torch.tensor(x, dtype=torch.float64)
     adv, ret = ppo_atari.compute_gae(t(rewards), t(values), t(dones), t(next_value), t(next_done), gamma, lam)
-    expected = _reference_gae(rewards, values, dones, next_value, next_done, gamma, lam)
+    expected = reference_gae(rewards, values, dones, next_value, next_done, gamma, lam)
     np.testing.assert_allclose(adv.numpy(), expected, atol=1e-10)
     np.testing.assert_allclose(ret.numpy(), expected + values, atol=1e-10)
 

@@ -1,0 +1,693 @@
+"""PPO with Random Network Distillation (Burda et al., 2019) on hard-exploration Atari (envpool).
+
+The hard-exploration arm of "The Impact of On-Policy Parallelized Data Collection on Deep RL
+Networks" (review thread, rebuttal Fig. 4). CleanRL's ppo_rnd_envpool (Huang et al., 2022), ported
+to envpool's gymnasium API: a frozen random target CNN and a trained predictor on normalised next
+frames; the prediction error is the intrinsic reward, divided by a running std of discounted
+intrinsic returns; intrinsic returns are non-episodic; two value heads; advantages
+ext_coef * A_ext + int_coef * A_int; the predictor learns from a random share of every minibatch.
+With the scaling-recipe flags, the exact KL / Data-to-Divergence Ratio and the learning-dynamics
+metrics of ppo_atari_envpool.py, uint8 rollout storage, and the number of Montezuma rooms visited.
+"""
+import os
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+import tyro
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
+# RAM byte holding the current room, for games whose rooms are a standard exploration measure
+ROOM_RAM_BYTE = {"MontezumaRevenge-v5": 3}
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    torch_threads: int = 0
+    """CPU threads for torch (0 = torch's default)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanrl-scale"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it"""
+    eval_episodes: int = 10
+    """number of full games the saved model is evaluated on"""
+
+    # Algorithm specific arguments
+    env_id: str = "MontezumaRevenge-v5"
+    """the id of the envpool Atari environment"""
+    total_timesteps: int = 2000000000
+    """total environment steps of the experiment (a fixed data budget)"""
+    learning_rate: float = 1e-4
+    """the learning rate of the optimizer (lr0 of a scaling recipe)"""
+    num_envs: int = 128
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.999
+    """the discount factor gamma of the extrinsic reward"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: Optional[int] = None
+    """the number of mini-batches (default 4, or derived from --minibatch-size or the recipe)"""
+    minibatch_size: int = 0
+    """the mini-batch size (0 = derive it from --num-minibatches)"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.1
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the (extrinsic) value function"""
+    ent_coef: float = 0.001
+    """coefficient of the entropy"""
+    vf_coef: float = 1.0
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: Optional[float] = None
+    """the target KL divergence threshold"""
+    sticky_action: bool = True
+    """if toggled, sticky actions (repeat_action_probability 0.25) as in the RND paper"""
+
+    # RND arguments
+    update_proportion: float = 0.25
+    """proportion of each minibatch the RND predictor is trained on"""
+    int_coef: float = 1.0
+    """coefficient of the intrinsic advantages"""
+    ext_coef: float = 2.0
+    """coefficient of the extrinsic advantages"""
+    int_gamma: float = 0.99
+    """the discount factor gamma of the intrinsic reward"""
+    num_iterations_obs_norm_init: int = 50
+    """iterations (of num-steps random-action steps) that initialise the observation normaliser"""
+
+    # Scaling recipes (stagnation paper §5, App. D)
+    scaling_recipe: str = "none"
+    """how minibatches and lr follow --num-envs: none, more-minibatches, bigger-minibatch, bigger-minibatch-sqrt-lr, hybrid"""
+    base_num_envs: int = 128
+    """N0: the number of envs of the base config a recipe scales from"""
+    base_num_minibatches: int = 4
+    """M0: the number of minibatches of the base config a recipe scales from"""
+    hybrid_minibatch_factor: int = 0
+    """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
+
+    # Learning-dynamics metrics (data-collection App. B)
+    dynamics_every: int = 10
+    """compute the dynamics/ metrics every this many iterations (0 disables them)"""
+    dynamics_batch: int = 1024
+    """number of states of the current batch the dynamics/ metrics are computed on"""
+    dormant_tau: float = 0.025
+    """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+class BadFlag(ValueError):
+    """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
+
+    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
+    """
+    if base_num_envs <= 0 or base_num_minibatches <= 0:
+        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
+    if (base_num_envs * num_steps) % base_num_minibatches:
+        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
+    k = Fraction(num_envs, base_num_envs)
+    base_mb_size = base_num_envs * num_steps // base_num_minibatches
+    if recipe == "more-minibatches":
+        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
+    elif recipe == "bigger-minibatch":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
+    elif recipe == "bigger-minibatch-sqrt-lr":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
+    elif recipe == "hybrid":
+        if b <= 0:
+            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
+        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
+    else:
+        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    mb_size = size_factor * base_mb_size
+    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
+        raise BadFlag(
+            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
+        )
+    return int(minibatches), int(mb_size), lr0 * lr_factor
+
+
+def resolve_args(args):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes",
+                 "num_iterations_obs_norm_init"):
+        if getattr(args, flag) <= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "int_coef", "ext_coef"):
+        if getattr(args, flag) < 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for flag in ("learning_rate", "clip_coef"):
+        if not getattr(args, flag) > 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("gamma", "int_gamma", "gae_lambda"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if not 0.0 < args.update_proportion <= 1.0:
+        raise BadFlag(f"--update-proportion must lie in (0, 1] (got {args.update_proportion})")
+    if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
+        raise BadFlag(f"--env-id must be an envpool Atari id such as MontezumaRevenge-v5 (got {args.env_id!r})")
+    args.batch_size = args.num_envs * args.num_steps
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
+            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
+        )
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = 4 if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    return args
+
+
+class RunningMeanStd:
+    """Running mean and variance of a stream of batches (Chan et al.'s parallel update)."""
+
+    def __init__(self, epsilon=1e-4, shape=()):
+        self.mean = np.zeros(shape, "float64")
+        self.var = np.ones(shape, "float64")
+        self.count = epsilon
+
+    def update(self, x):
+        self.update_from_moments(np.mean(x, axis=0), np.var(x, axis=0), x.shape[0])
+
+    def update_from_moments(self, batch_mean, batch_var, batch_count):
+        delta = batch_mean - self.mean
+        tot_count = self.count + batch_count
+        new_mean = self.mean + delta * batch_count / tot_count
+        m2 = self.var * self.count + batch_var * batch_count + np.square(delta) * self.count * batch_count / tot_count
+        self.mean, self.var, self.count = new_mean, m2 / tot_count, tot_count
+
+
+class RewardForwardFilter:
+    """Discounted sum of the intrinsic rewards seen so far, per env (never reset: non-episodic)."""
+
+    def __init__(self, gamma):
+        self.rewems = None
+        self.gamma = gamma
+
+    def update(self, rews):
+        self.rewems = rews if self.rewems is None else self.rewems * self.gamma + rews
+        return self.rewems
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """GAE(lambda) over a rollout of shape (num_steps, num_envs); dones[t] marks obs[t] as a new episode."""
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    num_steps = rewards.shape[0]
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, advantages + values
+
+
+def two_head_gae(args, rewards, curiosity_rewards, ext_values, int_values, dones, next_ext, next_int, next_done):
+    """Extrinsic GAE cut at episode ends; intrinsic GAE over the whole stream (non-episodic, RND §2.3)."""
+    ext_advantages, ext_returns = compute_gae(rewards, ext_values, dones, next_ext, next_done, args.gamma, args.gae_lambda)
+    never = torch.zeros_like(dones)
+    int_advantages, int_returns = compute_gae(curiosity_rewards, int_values, never, next_int, never[0], args.int_gamma, args.gae_lambda)
+    return ext_advantages, ext_returns, int_advantages, int_returns
+
+
+# Learning-dynamics metrics, data-collection paper App. B (formulas restored in SPEC.md)
+def feature_rank(features, threshold=0.99):
+    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
+    sv = torch.linalg.svdvals(features - features.mean(dim=0, keepdim=True))
+    energy = torch.cumsum(sv**2, dim=0)
+    if energy[-1] <= 0:
+        return 0
+    return int(torch.searchsorted(energy, threshold * energy[-1]).item()) + 1
+
+
+def dormant_percentage(activations, tau):
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers.
+
+    Each activation is (batch, units) or (batch, channels, height, width); a conv channel is one neuron.
+    """
+    dormant, total = 0, 0
+    for h in activations:
+        score = h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()
+        score = score.mean(dim=0)
+        score = score / (score.mean() + 1e-9)
+        dormant += int((score <= tau).sum().item())
+        total += score.numel()
+    return 100.0 * dormant / total
+
+
+def weight_norm(model):
+    """B.3: sqrt of the sum of squared Frobenius norms of the weight tensors (biases excluded)."""
+    return torch.sqrt(sum((p.detach() ** 2).sum() for n, p in model.named_parameters() if n.endswith("weight"))).item()
+
+
+def grad_kurtosis(grads):
+    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
+    g = torch.log(torch.cat([x.flatten() for x in grads]).abs() + 1e-8).double()
+    centred = g - g.mean()
+    return ((centred**4).mean() / (centred**2).mean() ** 2).item()
+
+
+def ess_percentage(ratios):
+    """B.5 (Martino et al., 2017): 100 * ESS / N with ESS = 1 / sum_i w_i^2, w = r / sum r."""
+    w = ratios.double() / ratios.double().sum()
+    return (100.0 / (w**2).sum() / ratios.numel()).item()
+
+
+def policy_variance(probs):
+    """B.6: mean over actions of the variance across states of pi(a|s); probs is (states, actions)."""
+    return probs.var(dim=0, unbiased=False).mean().item()
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    """CleanRL's RND agent: Nature CNN + 256 + 448 torso, a policy head and two value heads."""
+
+    def __init__(self, num_actions):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 256)),
+            nn.ReLU(),
+            layer_init(nn.Linear(256, 448)),
+            nn.ReLU(),
+        )
+        self.extra_layer = nn.Sequential(layer_init(nn.Linear(448, 448), std=0.1), nn.ReLU())
+        self.actor = nn.Sequential(
+            layer_init(nn.Linear(448, 448), std=0.01), nn.ReLU(), layer_init(nn.Linear(448, num_actions), std=0.01)
+        )
+        self.critic_ext = layer_init(nn.Linear(448, 1), std=0.01)
+        self.critic_int = layer_init(nn.Linear(448, 1), std=0.01)
+
+    def values(self, hidden):
+        features = self.extra_layer(hidden)
+        return self.critic_ext(features + hidden), self.critic_int(features + hidden)
+
+    def get_value(self, x):
+        return self.values(self.network(x.float() / 255.0))
+
+    def get_action_and_value(self, x, action=None):
+        hidden = self.network(x.float() / 255.0)
+        logits = self.actor(hidden)
+        probs = Categorical(logits=logits)
+        if action is None:
+            action = probs.sample()
+        value_ext, value_int = self.values(hidden)
+        return action, probs.log_prob(action), probs.entropy(), value_ext, value_int, logits
+
+
+class RNDModel(nn.Module):
+    """A trained predictor and a frozen random target, both CNNs on one normalised 84x84 frame."""
+
+    def __init__(self):
+        super().__init__()
+
+        def convs():
+            return [
+                layer_init(nn.Conv2d(1, 32, 8, stride=4)), nn.LeakyReLU(),
+                layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LeakyReLU(),
+                layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LeakyReLU(),
+                nn.Flatten(),
+            ]
+
+        self.predictor = nn.Sequential(
+            *convs(),
+            layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+            layer_init(nn.Linear(512, 512)), nn.ReLU(),
+            layer_init(nn.Linear(512, 512)),
+        )
+        self.target = nn.Sequential(*convs(), layer_init(nn.Linear(64 * 7 * 7, 512)))
+        for param in self.target.parameters():
+            param.requires_grad = False
+
+    def forward(self, next_obs):
+        return self.predictor(next_obs), self.target(next_obs)
+
+
+def normalise_frame(frames, obs_rms, device):
+    """The last frame of uint8 observations, normalised by the running stats and clipped to [-5, 5]."""
+    mean = torch.as_tensor(obs_rms.mean, dtype=torch.float32, device=device)
+    std = torch.as_tensor(np.sqrt(obs_rms.var), dtype=torch.float32, device=device)
+    return ((frames[:, 3:4].float() - mean) / std).clip(-5, 5)
+
+
+@torch.no_grad()
+def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
+    """feature rank, dormant %, weight norm, policy variance and ESS on a sample of the batch (App. B)."""
+    acts, x = [], obs.float() / 255.0
+    for layer in agent.network:
+        x = layer(x)
+        if isinstance(layer, nn.ReLU):
+            acts.append(x)
+    dist = Categorical(logits=agent.actor(acts[-1]))
+    return {
+        "dynamics/weight_norm": weight_norm(agent),
+        "dynamics/feature_rank": feature_rank(acts[-1]),
+        "dynamics/dormant_pct": dormant_percentage(acts, tau),
+        "dynamics/policy_variance": policy_variance(dist.probs),
+        "dynamics/ess_pct": ess_percentage((dist.log_prob(actions) - old_logprobs).exp()),
+    }
+
+
+def make_env(env_id, num_envs, seed, sticky_action=True):
+    # RND's setup: no episodic life (a life loss does not end the episode), clipped rewards, sticky
+    # actions; info["reward"] keeps the raw score and info["ram"] the console RAM.
+    return envpool.make(
+        env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        episodic_life=False,
+        reward_clip=True,
+        seed=seed,
+        repeat_action_probability=0.25 if sticky_action else 0.0,
+    )
+
+
+def evaluate(agent, args, device):
+    """Raw score of one full game in each of `eval_episodes` envs, actions sampled."""
+    envs = make_env(args.env_id, args.eval_episodes, args.seed + 1, args.sticky_action)
+    obs, _ = envs.reset()
+    scores, finished = np.zeros(args.eval_episodes), np.zeros(args.eval_episodes, dtype=bool)
+    while not finished.all():
+        with torch.inference_mode():
+            action = agent.get_action_and_value(torch.as_tensor(obs, device=device))[0]
+        obs, _, term, trunc, info = envs.step(action.cpu().numpy())
+        scores += info["reward"] * ~finished
+        finished |= term | trunc
+    envs.close()
+    return scores
+
+
+def main(args):
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    print(
+        f"batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
+        f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
+        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs"
+    )
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_env(args.env_id, args.num_envs, args.seed, args.sticky_action)
+    num_actions = envs.action_space.n
+    agent = Agent(num_actions).to(device)
+    rnd_model = RNDModel().to(device)
+    combined_parameters = list(agent.parameters()) + list(rnd_model.predictor.parameters())
+    optimizer = optim.Adam(combined_parameters, lr=args.learning_rate, eps=1e-5)
+    obs_rms = RunningMeanStd(shape=(1, 84, 84))
+    reward_rms = RunningMeanStd()
+    discounted_reward = RewardForwardFilter(args.int_gamma)
+    room_byte = ROOM_RAM_BYTE.get(args.env_id)
+    rooms = set()
+
+    # rollout storage; observations stay uint8 and are converted per minibatch
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    curiosity_rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    ext_values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    int_values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    episode_returns = np.zeros(args.num_envs)
+    recent_returns = deque(maxlen=20)
+
+    next_obs, info = envs.reset()
+    print(f"initialising the observation normaliser with {args.num_iterations_obs_norm_init * args.num_steps} random-action steps per env")
+    for _ in range(args.num_iterations_obs_norm_init):
+        frames = []
+        for _ in range(args.num_steps):
+            next_obs, _, _, _, info = envs.step(np.random.randint(0, num_actions, size=(args.num_envs,)))
+            frames.append(next_obs[:, 3:4])
+        obs_rms.update(np.concatenate(frames).astype(np.float64))
+
+    global_step = 0
+    start_time = time.time()
+    next_obs = torch.as_tensor(next_obs, device=device)
+    next_done = torch.zeros(args.num_envs, device=device)
+    progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", unit_scale=True, dynamic_ncols=True)
+
+    for iteration in range(1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            dones[step] = next_done
+            with torch.inference_mode():
+                action, logprob, _, value_ext, value_int, logits = agent.get_action_and_value(next_obs)
+            ext_values[step], int_values[step] = value_ext.flatten(), value_int.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+            behaviour_logits[step] = logits
+
+            next_obs, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, device=device)
+            next_obs = torch.as_tensor(next_obs, device=device)
+            next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
+            with torch.inference_mode():
+                # intrinsic reward: the predictor's error on the normalised next frame
+                predict_next_feature, target_next_feature = rnd_model(normalise_frame(next_obs, obs_rms, device))
+                curiosity_rewards[step] = ((target_next_feature - predict_next_feature).pow(2).sum(1) / 2).data
+            if room_byte is not None:
+                rooms.update(np.unique(info["ram"][:, room_byte]).tolist())
+
+            episode_returns += info["reward"]
+            game_over = terminations | truncations
+            for idx in np.flatnonzero(game_over):
+                writer.add_scalar("charts/episodic_return", episode_returns[idx], global_step)
+                writer.add_scalar("charts/episodic_length", info["elapsed_step"][idx], global_step)
+                recent_returns.append(episode_returns[idx])
+            episode_returns[game_over] = 0.0
+
+        # intrinsic rewards divided by a running std of the discounted intrinsic returns
+        curiosity_reward_per_env = np.array([discounted_reward.update(r) for r in curiosity_rewards.cpu().numpy()])
+        reward_rms.update_from_moments(np.mean(curiosity_reward_per_env), np.var(curiosity_reward_per_env),
+                                       curiosity_reward_per_env.size)
+        curiosity_rewards /= np.sqrt(reward_rms.var)
+
+        with torch.no_grad():
+            next_value_ext, next_value_int = agent.get_value(next_obs)
+            ext_advantages, ext_returns, int_advantages, int_returns = two_head_gae(
+                args, rewards, curiosity_rewards, ext_values, int_values, dones,
+                next_value_ext.reshape(1, -1), next_value_int.reshape(1, -1), next_done,
+            )
+
+        b_obs = obs.reshape((-1,) + envs.observation_space.shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape(-1)
+        b_ext_returns, b_int_returns = ext_returns.reshape(-1), int_returns.reshape(-1)
+        b_ext_values = ext_values.reshape(-1)
+        b_advantages = int_advantages.reshape(-1) * args.int_coef + ext_advantages.reshape(-1) * args.ext_coef
+        obs_rms.update(b_obs[:, 3:4].cpu().numpy().astype(np.float64))
+
+        measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
+        b_inds = np.arange(args.batch_size)
+        clipfracs, grad_norms, rnd_losses = [], [], []
+        for epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=device)
+
+                predict_next_state_feature, target_next_state_feature = rnd_model(normalise_frame(b_obs[mb_inds], obs_rms, device))
+                forward_loss = F.mse_loss(predict_next_state_feature, target_next_state_feature.detach(), reduction="none").mean(-1)
+                mask = (torch.rand(len(forward_loss), device=device) < args.update_proportion).float()
+                forward_loss = (forward_loss * mask).sum() / torch.clamp(mask.sum(), min=1.0)
+
+                _, newlogprob, entropy, new_ext_values, new_int_values, _ = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+                logratio = newlogprob - b_logprobs[mb_inds]
+                ratio = logratio.exp()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - logratio).mean()
+                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean().item())
+
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                pg_loss1 = -mb_advantages * ratio
+                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+                new_ext_values, new_int_values = new_ext_values.view(-1), new_int_values.view(-1)
+                if args.clip_vloss:
+                    ext_v_loss_unclipped = (new_ext_values - b_ext_returns[mb_inds]) ** 2
+                    ext_v_clipped = b_ext_values[mb_inds] + torch.clamp(
+                        new_ext_values - b_ext_values[mb_inds], -args.clip_coef, args.clip_coef
+                    )
+                    ext_v_loss_clipped = (ext_v_clipped - b_ext_returns[mb_inds]) ** 2
+                    ext_v_loss = 0.5 * torch.max(ext_v_loss_unclipped, ext_v_loss_clipped).mean()
+                else:
+                    ext_v_loss = 0.5 * ((new_ext_values - b_ext_returns[mb_inds]) ** 2).mean()
+                int_v_loss = 0.5 * ((new_int_values - b_int_returns[mb_inds]) ** 2).mean()
+                v_loss = ext_v_loss + int_v_loss
+                entropy_loss = entropy.mean()
+                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef + forward_loss
+
+                optimizer.zero_grad()
+                loss.backward()
+                grad_norms.append(nn.utils.clip_grad_norm_(combined_parameters, args.max_grad_norm).item())
+                if measure and epoch == 0 and start == 0:
+                    # B.4 on the gradient of the iteration's first minibatch (the agent's parameters)
+                    kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
+                optimizer.step()
+                rnd_losses.append(forward_loss.item())
+
+            if args.target_kl is not None and approx_kl > args.target_kl:
+                break
+
+        y_pred, y_true = b_ext_values.cpu().numpy(), b_ext_returns.cpu().numpy()
+        var_y = np.var(y_true)
+        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
+
+        # KL(behaviour || updated policy) on the whole batch after the last epoch, exact for a categorical;
+        # DDR = transitions per iteration / that KL (stagnation §4.4)
+        with torch.inference_mode():
+            b_behaviour_logits = behaviour_logits.reshape(-1, num_actions)
+            kl_sum = 0.0
+            for start in range(0, args.batch_size, args.minibatch_size):
+                new_logits = agent.actor(agent.network(b_obs[start : start + args.minibatch_size].float() / 255.0))
+                old_logp = torch.log_softmax(b_behaviour_logits[start : start + args.minibatch_size], dim=-1)
+                kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum().item()
+            kl = kl_sum / args.batch_size
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/intrinsic_reward_mean", curiosity_rewards.mean().item(), global_step)
+        writer.add_scalar("losses/rnd_loss", np.mean(rnd_losses), global_step)
+        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
+        writer.add_scalar("losses/value_loss_ext", ext_v_loss.item(), global_step)
+        writer.add_scalar("losses/value_loss_int", int_v_loss.item(), global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
+        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("losses/approx_kl", kl, global_step)
+        writer.add_scalar("losses/approx_kl_last_minibatch", approx_kl.item(), global_step)
+        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
+        writer.add_scalar("losses/grad_norm", np.mean(grad_norms), global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/ddr", args.batch_size / max(kl, 1e-12), global_step)
+        if room_byte is not None:
+            writer.add_scalar("charts/rooms_visited", len(rooms), global_step)
+        if measure:
+            sample = torch.randperm(args.batch_size, device=device)[: args.dynamics_batch]
+            metrics = dynamics_metrics(agent, b_obs[sample], b_actions[sample], b_logprobs[sample], args.dormant_tau)
+            metrics["dynamics/grad_kurtosis"] = kurtosis
+            for tag, value in metrics.items():
+                writer.add_scalar(tag, value, global_step)
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        progress.update(args.batch_size)
+        progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-",
+                             rooms=len(rooms) if room_byte is not None else "-")
+
+    progress.close()
+    envs.close()
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save({"agent": agent.state_dict(), "rnd_model": rnd_model.state_dict(),
+                    "obs_rms": (obs_rms.mean, obs_rms.var, obs_rms.count)}, model_path)
+        print(f"model saved to {model_path}")
+        scores = evaluate(agent, args, device)
+        for idx, score in enumerate(scores):
+            writer.add_scalar("eval/episodic_return", score, idx)
+        print(f"eval: mean score {scores.mean():.1f} over {args.eval_episodes} games")
+    writer.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    try:
+        resolve_args(args)
+    except BadFlag as e:
+        print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    main(args)

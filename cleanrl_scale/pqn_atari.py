@@ -1,0 +1,466 @@
+"""PQN (Parallel Q-Network, Gallici et al., 2024) on Atari (envpool), instrumented like ppo_atari_envpool.py.
+
+The value-based arm of "The Impact of On-Policy Parallelized Data Collection on Deep RL Networks"
+(§6.1): no replay buffer and no target network; a Nature CNN with LayerNorm after every hidden
+layer; epsilon-greedy rollouts from parallel envs; Q(lambda) targets computed backwards over each
+rollout; several epochs of minibatch regression on them. With the same fixed-budget semantics,
+scaling-recipe flags and learning-dynamics metrics (feature rank, dormant neurons, weight norm,
+gradient kurtosis; App. B) as the PPO script, and uint8 rollout storage.
+"""
+import os
+import random
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torch.optim as optim
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    torch_threads: int = 0
+    """CPU threads for torch (0 = torch's default)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanrl-scale"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}` and evaluate it"""
+    eval_episodes: int = 10
+    """number of full games the saved model is evaluated on (epsilon-greedy, epsilon 0.05)"""
+
+    # Algorithm specific arguments
+    env_id: str = "Breakout-v5"
+    """the id of the envpool Atari environment"""
+    total_timesteps: int = 10000000
+    """total environment steps of the experiment (a fixed data budget)"""
+    learning_rate: float = 2.5e-4
+    """the learning rate of the optimizer (lr0 of a scaling recipe)"""
+    num_envs: int = 8
+    """the number of parallel game environments"""
+    num_steps: int = 128
+    """the number of steps to run in each environment per rollout"""
+    anneal_lr: bool = True
+    """Toggle learning rate annealing"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    q_lambda: float = 0.65
+    """the lambda of the Q(lambda) targets"""
+    num_minibatches: Optional[int] = None
+    """the number of mini-batches (default 4, or derived from --minibatch-size or the recipe)"""
+    minibatch_size: int = 0
+    """the mini-batch size (0 = derive it from --num-minibatches)"""
+    update_epochs: int = 4
+    """the K epochs of regression on each rollout's targets"""
+    max_grad_norm: float = 10.0
+    """the maximum norm for the gradient clipping"""
+    start_e: float = 1.0
+    """the starting epsilon for exploration"""
+    end_e: float = 0.01
+    """the ending epsilon for exploration"""
+    exploration_fraction: float = 0.10
+    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+
+    # Scaling recipes (stagnation paper §5, App. D)
+    scaling_recipe: str = "none"
+    """how minibatches and lr follow --num-envs: none, more-minibatches, bigger-minibatch, bigger-minibatch-sqrt-lr, hybrid"""
+    base_num_envs: int = 8
+    """N0: the number of envs of the base config a recipe scales from"""
+    base_num_minibatches: int = 4
+    """M0: the number of minibatches of the base config a recipe scales from"""
+    hybrid_minibatch_factor: int = 0
+    """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
+
+    # Learning-dynamics metrics (data-collection App. B)
+    dynamics_every: int = 10
+    """compute the dynamics/ metrics every this many iterations (0 disables them)"""
+    dynamics_batch: int = 1024
+    """number of states of the current batch the dynamics/ metrics are computed on"""
+    dormant_tau: float = 0.025
+    """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+class BadFlag(ValueError):
+    """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
+
+    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
+    """
+    if base_num_envs <= 0 or base_num_minibatches <= 0:
+        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
+    if (base_num_envs * num_steps) % base_num_minibatches:
+        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
+    k = Fraction(num_envs, base_num_envs)
+    base_mb_size = base_num_envs * num_steps // base_num_minibatches
+    if recipe == "more-minibatches":
+        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
+    elif recipe == "bigger-minibatch":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
+    elif recipe == "bigger-minibatch-sqrt-lr":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
+    elif recipe == "hybrid":
+        if b <= 0:
+            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
+        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
+    else:
+        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    mb_size = size_factor * base_mb_size
+    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
+        raise BadFlag(
+            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
+        )
+    return int(minibatches), int(mb_size), lr0 * lr_factor
+
+
+def resolve_args(args):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
+        if getattr(args, flag) <= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau"):
+        if getattr(args, flag) < 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for flag in ("learning_rate", "max_grad_norm"):
+        if not getattr(args, flag) > 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
+        raise BadFlag(f"--env-id must be an envpool Atari id such as Breakout-v5 (got {args.env_id!r})")
+    args.batch_size = args.num_envs * args.num_steps
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
+            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
+        )
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = 4 if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    return args
+
+
+def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
+    slope = (end_e - start_e) / duration if duration > 0 else 0.0
+    return max(slope * t + start_e, end_e)
+
+
+def q_lambda_returns(rewards, dones, next_max_q, gamma, q_lambda):
+    """Q(lambda) targets, backwards over a rollout of shape (num_steps, num_envs) (PQN; SPEC.md):
+
+    G_t = r_t + gamma (1 - done_t) [(1 - lambda) max_a Q(s_{t+1}, a) + lambda G_{t+1}], with G_T = max_a Q(s_T, a).
+    dones[t] = the episode ended with transition t; next_max_q[t] = max_a Q(s_{t+1}, a).
+    """
+    returns = torch.zeros_like(rewards)
+    next_return = next_max_q[-1]
+    for t in reversed(range(rewards.shape[0])):
+        returns[t] = rewards[t] + gamma * (1.0 - dones[t]) * ((1 - q_lambda) * next_max_q[t] + q_lambda * next_return)
+        next_return = returns[t]
+    return returns
+
+
+# Learning-dynamics metrics, data-collection paper App. B (formulas restored in SPEC.md)
+def feature_rank(features, threshold=0.99):
+    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
+    sv = torch.linalg.svdvals(features - features.mean(dim=0, keepdim=True))
+    energy = torch.cumsum(sv**2, dim=0)
+    if energy[-1] <= 0:
+        return 0
+    return int(torch.searchsorted(energy, threshold * energy[-1]).item()) + 1
+
+
+def dormant_percentage(activations, tau):
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers.
+
+    Each activation is (batch, units) or (batch, channels, height, width); a conv channel is one neuron.
+    """
+    dormant, total = 0, 0
+    for h in activations:
+        score = h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()
+        score = score.mean(dim=0)
+        score = score / (score.mean() + 1e-9)
+        dormant += int((score <= tau).sum().item())
+        total += score.numel()
+    return 100.0 * dormant / total
+
+
+def weight_norm(model):
+    """B.3: sqrt of the sum of squared Frobenius norms of the weight tensors (biases excluded)."""
+    return torch.sqrt(sum((p.detach() ** 2).sum() for n, p in model.named_parameters() if n.endswith("weight"))).item()
+
+
+def grad_kurtosis(grads):
+    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
+    g = torch.log(torch.cat([x.flatten() for x in grads]).abs() + 1e-8).double()
+    centred = g - g.mean()
+    return ((centred**4).mean() / (centred**2).mean() ** 2).item()
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class QNetwork(nn.Module):
+    """Nature CNN with LayerNorm after every hidden layer (CleanRL's pqn_atari_envpool)."""
+
+    def __init__(self, num_actions):
+        super().__init__()
+        self.network = nn.Sequential(
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
+            nn.LayerNorm([32, 20, 20]),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.LayerNorm([64, 9, 9]),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.LayerNorm([64, 7, 7]),
+            nn.ReLU(),
+            nn.Flatten(),
+            layer_init(nn.Linear(3136, 512)),
+            nn.LayerNorm(512),
+            nn.ReLU(),
+        )
+        self.q = layer_init(nn.Linear(512, num_actions))
+
+    def preprocess(self, x):
+        """uint8 frames -> floats in [0, 1], in the memory layout of the conv weights."""
+        channels_last = self.network[0].weight.is_contiguous(memory_format=torch.channels_last)
+        return (x.float() / 255.0).contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+    def forward(self, x):
+        return self.q(self.network(self.preprocess(x)))
+
+
+@torch.no_grad()
+def dynamics_metrics(q_network, obs, tau):
+    """feature rank, dormant % and weight norm on a sample of the batch (App. B)."""
+    acts, x = [], q_network.preprocess(obs)
+    for layer in q_network.network:
+        x = layer(x)
+        if isinstance(layer, nn.ReLU):
+            acts.append(x)
+    return {
+        "dynamics/weight_norm": weight_norm(q_network),
+        "dynamics/feature_rank": feature_rank(acts[-1]),
+        "dynamics/dormant_pct": dormant_percentage(acts, tau),
+    }
+
+
+def make_env(env_id, num_envs, seed):
+    # CleanRL's envpool Atari setup: episodic life and clipped rewards for training; info["reward"]
+    # keeps the raw score and info["lives"] the lives left, from which a game over is read.
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, episodic_life=True, reward_clip=True, seed=seed)
+
+
+def epsilon_greedy(q_values, epsilon, generator=None):
+    """Greedy actions, each replaced by a uniformly random one with probability epsilon."""
+    greedy = q_values.argmax(dim=1)
+    n, num_actions = q_values.shape
+    explore = torch.rand(n, device=q_values.device, generator=generator) < epsilon
+    random_actions = torch.randint(0, num_actions, (n,), device=q_values.device, generator=generator)
+    return torch.where(explore, random_actions, greedy)
+
+
+def evaluate(q_network, env_id, eval_episodes, seed, device, epsilon=0.05):
+    """Raw score of one full game (all lives) in each of `eval_episodes` envs, epsilon-greedy."""
+    envs = make_env(env_id, eval_episodes, seed)
+    obs, _ = envs.reset()
+    scores, finished = np.zeros(eval_episodes), np.zeros(eval_episodes, dtype=bool)
+    while not finished.all():
+        with torch.inference_mode():
+            action = epsilon_greedy(q_network(torch.as_tensor(obs, device=device)), epsilon)
+        obs, _, term, trunc, info = envs.step(action.cpu().numpy())
+        scores += info["reward"] * ~finished
+        finished |= (term & (info["lives"] == 0)) | trunc
+    envs.close()
+    return scores
+
+
+def main(args):
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    print(
+        f"batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
+        f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
+        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs, Q(lambda {args.q_lambda:g})"
+    )
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_name, save_code=True)
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_env(args.env_id, args.num_envs, args.seed)
+    q_network = QNetwork(envs.action_space.n).to(device)
+    if device.type == "cpu":
+        q_network.to(memory_format=torch.channels_last)  # faster convolutions on CPU
+    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
+
+    # rollout storage; observations stay uint8
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)  # the episode ended with transition t
+    max_q = torch.zeros((args.num_steps, args.num_envs), device=device)  # max_a Q(s_t, a) from the rollout
+    episode_returns = np.zeros(args.num_envs)
+    recent_returns = deque(maxlen=20)
+
+    global_step = 0
+    start_time = time.time()
+    next_obs, _ = envs.reset()
+    next_obs = torch.as_tensor(next_obs, device=device)
+    progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", unit_scale=True, dynamic_ncols=True)
+
+    for iteration in range(1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        for step in range(0, args.num_steps):
+            epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
+            global_step += args.num_envs
+            obs[step] = next_obs
+            with torch.inference_mode():
+                q_values = q_network(next_obs)
+            max_q[step] = q_values.max(dim=1).values
+            action = epsilon_greedy(q_values, epsilon)
+            actions[step] = action
+
+            next_obs, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
+            rewards[step] = torch.as_tensor(reward, device=device)
+            next_obs = torch.as_tensor(next_obs, device=device)
+            dones[step] = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
+
+            episode_returns += info["reward"]
+            game_over = (terminations & (info["lives"] == 0)) | truncations
+            for idx in np.flatnonzero(game_over):
+                writer.add_scalar("charts/episodic_return", episode_returns[idx], global_step)
+                writer.add_scalar("charts/episodic_length", info["elapsed_step"][idx], global_step)
+                recent_returns.append(episode_returns[idx])
+            episode_returns[game_over] = 0.0
+
+        with torch.no_grad():
+            next_max_q = torch.cat([max_q[1:], q_network(next_obs).max(dim=1).values[None]])
+            returns = q_lambda_returns(rewards, dones, next_max_q, args.gamma, args.q_lambda)
+
+        b_obs = obs.reshape((-1,) + envs.observation_space.shape)
+        b_actions = actions.reshape(-1)
+        b_returns = returns.reshape(-1)
+
+        measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
+        b_inds = np.arange(args.batch_size)
+        td_losses, q_means, grad_norms = [], [], []
+        for epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=device)
+                q_taken = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds, None]).squeeze(1)
+                loss = F.mse_loss(q_taken, b_returns[mb_inds])
+                optimizer.zero_grad()
+                loss.backward()
+                grad_norms.append(nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm).item())
+                if measure and epoch == 0 and start == 0:
+                    # B.4 on the gradient of the iteration's first minibatch
+                    kurtosis = grad_kurtosis([p.grad for p in q_network.parameters() if p.grad is not None])
+                optimizer.step()
+                td_losses.append(loss.item())
+                q_means.append(q_taken.detach().mean().item())
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/epsilon", epsilon, global_step)
+        writer.add_scalar("losses/td_loss", np.mean(td_losses), global_step)
+        writer.add_scalar("losses/q_values", np.mean(q_means), global_step)
+        writer.add_scalar("losses/grad_norm", np.mean(grad_norms), global_step)
+        if measure:
+            sample = torch.randperm(args.batch_size, device=device)[: args.dynamics_batch]
+            metrics = dynamics_metrics(q_network, b_obs[sample], args.dormant_tau)
+            metrics["dynamics/grad_kurtosis"] = kurtosis
+            for tag, value in metrics.items():
+                writer.add_scalar(tag, value, global_step)
+        sps = int(global_step / (time.time() - start_time))
+        writer.add_scalar("charts/SPS", sps, global_step)
+        progress.update(args.batch_size)
+        progress.set_postfix(sps=sps, eps=f"{epsilon:.3f}", ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-")
+
+    progress.close()
+    envs.close()
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save(q_network.state_dict(), model_path)
+        print(f"model saved to {model_path}")
+        scores = evaluate(q_network, args.env_id, args.eval_episodes, args.seed + 1, device)
+        for idx, score in enumerate(scores):
+            writer.add_scalar("eval/episodic_return", score, idx)
+        print(f"eval: mean score {scores.mean():.1f} over {args.eval_episodes} games")
+    writer.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    try:
+        resolve_args(args)
+    except BadFlag as e:
+        print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    main(args)
