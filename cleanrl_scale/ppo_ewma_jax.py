@@ -511,7 +511,8 @@ def make_train(args, env):
         def batch_kls(chunk):
             obs, behav_logp = chunk
             new_logp = policy(params["actor"], obs)
-            return kl_divergence(behav_logp, new_logp).sum(), kl_divergence(policy(prox_params, obs), new_logp).sum()
+            prox_kl = kl_divergence(policy(prox_params, obs), new_logp).sum() if ewma else 0.0
+            return kl_divergence(behav_logp, new_logp).sum(), prox_kl
 
         chunks = jax.tree.map(lambda x: x.reshape((args.num_minibatches, args.minibatch_size) + x.shape[2:]),
                               (traj.obs, traj.behav_logp))
