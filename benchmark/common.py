@@ -20,12 +20,12 @@ def load_script(name):
     return module
 
 
-def run_copy(name, args, workdir, timeout=None, capture=True):
+def run_copy(name, args, workdir, timeout=None, capture=True, extra_env=None):
     """Copy the script alone into `workdir` and run it there, as a user who copied it would."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPTS / f"{name}.py", workdir / f"{name}.py")
-    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", **(extra_env or {}))
     return subprocess.run(
         [sys.executable, f"{name}.py", *map(str, args)],
         cwd=workdir, env=env, capture_output=capture, text=True, timeout=timeout,

@@ -55,9 +55,9 @@ def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):
     return adv
 
 
-def run_ok(script, args, workdir, timeout=900):
+def run_ok(script, args, workdir, timeout=900, extra_env=None):
     """Run a copy of `script` that must succeed: (run_dir, result, scalars, texts) of its one run."""
-    result = run_copy(script, args, workdir, timeout=timeout)
+    result = run_copy(script, args, workdir, timeout=timeout, extra_env=extra_env)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = run_dirs(workdir)
     return (run_dir, result, *read_values(run_dir))
