@@ -1,6 +1,9 @@
 """Helpers shared by the benchmarks and the tests: run a copy of a script, read its TensorBoard logs."""
 import importlib.util
+import json
 import os
+import platform
+import statistics
 import shutil
 import subprocess
 import sys
@@ -44,3 +47,18 @@ def read_run(run_dir):
     scalars = {tag: ea.Scalars(tag) for tag in ea.Tags()["scalars"]}
     texts = {tag: [e.tensor_proto.string_val[0].decode() for e in ea.Tensors(tag)] for tag in ea.Tags()["tensors"]}
     return scalars, texts
+
+
+def repeat_and_report(opts, measure, describe, label, machine=""):
+    """Run `measure()` --repeats times, print every row and the median through `describe`; --json keeps them all."""
+    machine = machine or f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    rows = []
+    for repeat in range(opts.repeats):
+        rows.append(measure())
+        print(f"repeat {repeat}: {describe(rows[-1])}", flush=True)
+    median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    print(f"median of {opts.repeats} ({label}, {machine}): {describe(median)}")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"options": vars(opts), "machine": machine, "repeats": rows, "median": median}, f, indent=2)
+    return median

@@ -10,10 +10,8 @@ reports the time from launch to the first logged iteration (mostly compilation).
     python benchmark/jax_steps_per_second.py --env-size m --num-envs 512 --num-steps 32 --repeats 3
 """
 import argparse
-import json
 import os
 import platform
-import statistics
 import tempfile
 import time
 
@@ -21,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common import load_script, read_run, run_copy, run_dirs
+from common import load_script, read_run, repeat_and_report, run_copy, run_dirs
 
 SCRIPT = "ppo_ewma_jax"
 
@@ -83,22 +81,18 @@ def main():
                                            num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=1))
     batch = opts.num_envs * opts.num_steps
 
-    rows = []
-    for repeat in range(opts.repeats):
+    def measure():
         raw = random_action_sps(module, args, opts.scans)
         train, first = train_sps(flags, opts.iterations, batch)
-        rows.append({"raw_sps": raw, "train_sps": train, "ratio": train / raw, "first_iteration_s": first})
-        print(f"repeat {repeat}: random actions {raw:,.0f} steps/s, training {train:,.0f} steps/s, ratio {train / raw:.3f}, "
-              f"first iteration logged after {first:.0f} s", flush=True)
-    median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.default_backend()}"
-    print(f"median of {opts.repeats} ({opts.env_id} size {opts.env_size}, {opts.num_envs} envs x {opts.num_steps} steps, "
-          f"{machine}): random actions {median['raw_sps']:,.0f} steps/s, training {median['train_sps']:,.0f} steps/s, "
-          f"ratio {median['ratio']:.3f}, first iteration after {median['first_iteration_s']:.0f} s")
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump({"options": vars(opts), "machine": machine, "repeats": rows, "median": median}, f, indent=2)
+        return {"raw_sps": raw, "train_sps": train, "ratio": train / raw, "first_iteration_s": first}
 
+    def describe(r):
+        return (f"random actions {r['raw_sps']:,.0f} steps/s, training {r['train_sps']:,.0f} steps/s, "
+                f"ratio {r['ratio']:.3f}, first iteration logged after {r['first_iteration_s']:.0f} s")
+
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.default_backend()}"
+    repeat_and_report(opts, measure, describe,
+                      f"{opts.env_id} size {opts.env_size}, {opts.num_envs} envs x {opts.num_steps} steps", machine)
 
 if __name__ == "__main__":
     main()

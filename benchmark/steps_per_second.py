@@ -9,15 +9,12 @@ iterations that compute them against those that do not.
     python benchmark/steps_per_second.py --script ppo_atari_envpool --num-envs 8 --repeats 3
 """
 import argparse
-import json
-import platform
-import statistics
 import tempfile
 import time
 
 import numpy as np
 
-from common import load_script, read_run, run_copy, run_dirs
+from common import load_script, read_run, repeat_and_report, run_copy, run_dirs
 
 
 def raw_env_sps(module, env_id, num_envs, calls):
@@ -69,23 +66,17 @@ def main():
     module = load_script(opts.script)
     calls = opts.raw_calls or max(100, 20000 // opts.num_envs)
 
-    rows = []
-    for repeat in range(opts.repeats):
+    def measure():
         raw = raw_env_sps(module, opts.env_id, opts.num_envs, calls)
         train, overhead = train_sps(opts.script, opts.env_id, opts.num_envs, opts.num_steps, opts.iterations,
                                     opts.dynamics_every, opts.extra)
-        rows.append({"raw_sps": raw, "train_sps": train, "ratio": train / raw, "dynamics_overhead": overhead})
-        print(f"repeat {repeat}: raw {raw:,.0f} steps/s, training {train:,.0f} steps/s, "
-              f"ratio {train / raw:.3f}, dynamics overhead {100 * overhead:.2f}%", flush=True)
-    median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
-    machine = f"{platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores"
-    print(f"median of {opts.repeats} ({opts.script}, {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps, "
-          f"{machine}): raw {median['raw_sps']:,.0f} steps/s, training {median['train_sps']:,.0f} steps/s, "
-          f"ratio {median['ratio']:.3f}, dynamics overhead {100 * median['dynamics_overhead']:.2f}%")
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump({"options": vars(opts), "machine": machine, "repeats": rows, "median": median}, f, indent=2)
+        return {"raw_sps": raw, "train_sps": train, "ratio": train / raw, "dynamics_overhead": overhead}
 
+    def describe(r):
+        return (f"raw {r['raw_sps']:,.0f} steps/s, training {r['train_sps']:,.0f} steps/s, ratio {r['ratio']:.3f}, "
+                f"dynamics overhead {100 * r['dynamics_overhead']:.2f}%")
+
+    repeat_and_report(opts, measure, describe, f"{opts.script}, {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps")
 
 if __name__ == "__main__":
     main()

@@ -58,7 +58,7 @@ class Args:
     # Environment
     env_id: str = "locomotion"
     """`locomotion` (Kinetix's procedural locomotion morphologies) or a discrete-action gymnax id such as CartPole-v1"""
-    env_size: str = "m"
+    env_size: str = "m"  # the paper does not name one; m is the size SPEC.md's locomotion figures were measured at
     """Kinetix static size of the locomotion levels: s, m or l"""
     num_morphologies: int = 512
     """number of locomotion levels, sampled once from --seed; each episode starts on one of them at random"""
@@ -66,11 +66,11 @@ class Args:
     """evaluate `charts/solve_rate` on every morphology every this many iterations (0 = never; locomotion only)"""
 
     # Algorithm specific arguments (stagnation paper, Table 2, Jax2D locomotion column)
-    total_timesteps: int = 500_000_000
+    total_timesteps: int = 500_000_000  # the paper gives no budget for locomotion; this project's choice
     """total environment steps of the experiment"""
     learning_rate: float = 3e-4
     """the learning rate of the optimizer (lr0 of a scaling recipe)"""
-    anneal_lr: bool = False
+    anneal_lr: bool = False  # Table 2 lists a plain Adam learning rate
     """Toggle linear learning rate annealing to 0"""
     num_envs: int = 2048
     """the number of parallel environments"""
@@ -492,8 +492,11 @@ def make_train(args, env):
             prox_params = ewma_update(prox_params, params["actor"], beta) if ewma else params["actor"]
             return (params, opt_state, prox_params), (*aux, optax.global_norm(grads))
 
+        # flattened once; the behaviour log-probs only feed the KL pass below, so they are not shuffled
+        batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]),
+                             (traj._replace(behav_logp=None), advantages, targets))
+
         def update_epoch(carry, rng):
-            batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]), (traj, advantages, targets))
             permutation = jax.random.permutation(rng, args.batch_size)
             minibatches = jax.tree.map(
                 lambda x: x[permutation].reshape((args.num_minibatches, args.minibatch_size) + x.shape[1:]), batch

@@ -67,11 +67,11 @@ class Args:
     """number of levels sampled once from the training distribution for `eval/solve_rate_sampled`"""
 
     # Algorithm specific arguments (stagnation paper, Table 2, SFL column)
-    total_timesteps: int = 5_000_000_000
+    total_timesteps: int = 5_000_000_000  # not in Table 2; this project's choice
     """total environment steps of the experiment"""
     learning_rate: float = 5e-5
     """the learning rate of the optimizer (lr0 of a scaling recipe)"""
-    anneal_lr: bool = False
+    anneal_lr: bool = False  # Table 2 lists a plain Adam learning rate
     """Toggle linear learning rate annealing to 0"""
     num_envs: Optional[int] = None
     """the number of parallel environments over all devices (default: the preset's)"""
@@ -99,7 +99,7 @@ class Args:
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
-    hidden_size: int = 128
+    hidden_size: int = 128  # the Kinetix baseline's 5 tanh layers of 128 (issue 5), not a Table 2 entry
     """width of the actor's and the critic's MLP"""
     num_layers: int = 5
     """tanh layers of the actor's and the critic's MLP"""
@@ -519,7 +519,7 @@ def make_train(args, env):
             order = jnp.argsort(minibatch_ids(rng, ids, args.num_steps, args.num_minibatches).reshape(-1), stable=True)
             minibatches = jax.tree.map(
                 lambda x: x.reshape((-1,) + x.shape[2:])[order].reshape((args.num_minibatches, local_mb) + x.shape[2:]),
-                (traj, advantages, targets),
+                (traj._replace(behav_logp=None), advantages, targets),  # behaviour log-probs: KL pass only
             )
             return jax.lax.scan(update_minibatch, carry, minibatches)
 
@@ -544,10 +544,13 @@ def make_train(args, env):
         }
         return strong(Shared(params, opt_state, rng)), strong(local), metrics
 
-    def play(params, rng, levels, num_steps):
-        """Roll each level out from its start for num_steps steps (episodes restart on it): (successes, episodes, first solved)."""
+    def play(params, rng, levels, num_steps, ids=None):
+        """Roll each level out from its start for num_steps steps (episodes restart on it): (successes, episodes, first solved).
+
+        Draws are keyed by `ids`, by default the levels' global indices over the devices.
+        """
         n = jax.tree.leaves(levels)[0].shape[0]
-        ids = global_ids(n)
+        ids = global_ids(n) if ids is None else ids
         k_reset, k_run = jax.random.split(rng)
         obs, state = keyed(env.reset, k_reset, ids, levels)
 
@@ -593,19 +596,7 @@ def make_train(args, env):
     def evaluate_replicated(params, rng, levels):
         """Per-level first-episode success on levels every device holds (the hand-designed ones)."""
         n = jax.tree.leaves(levels)[0].shape[0]
-        k_reset, k_run = jax.random.split(rng)
-        ids = jnp.arange(n)
-        obs, state = keyed(env.reset, k_reset, ids, levels)
-
-        def body(carry, step_key):
-            obs, state, first, running = carry
-            k_action, k_env = jax.random.split(step_key)
-            action = keyed(lambda k, lp: jax.random.categorical(k, lp), k_action, ids, policy(params, obs))
-            obs, state, _, done, solved = keyed(env.step, k_env, ids, state, action, levels)
-            return (obs, state, first | (running & solved), running & ~done), None
-
-        init = (obs, state, jnp.zeros(n, dtype=bool), jnp.ones(n, dtype=bool))
-        (_, _, first, _), _ = jax.lax.scan(body, init, jax.random.split(k_run, env.max_episode_steps))
+        _, _, first = play(params, rng, levels, env.max_episode_steps, jnp.arange(n))
         return first.astype(jnp.float32)
 
     return init, init_local, update, sfl_update, evaluate, evaluate_replicated, schedule

@@ -400,10 +400,15 @@ class RNDModel(nn.Module):
         return self.predictor(next_obs), self.target(next_obs)
 
 
-def normalise_frame(frames, obs_rms, device):
-    """The last frame of uint8 observations, normalised by the running stats and clipped to [-5, 5]."""
-    mean = torch.as_tensor(obs_rms.mean, dtype=torch.float32, device=device)
-    std = torch.as_tensor(np.sqrt(obs_rms.var), dtype=torch.float32, device=device)
+def frame_stats(obs_rms, device):
+    """(mean, std) of the observation normaliser as tensors; taken once per rollout / update, not per step."""
+    return (torch.as_tensor(obs_rms.mean, dtype=torch.float32, device=device),
+            torch.as_tensor(np.sqrt(obs_rms.var), dtype=torch.float32, device=device))
+
+
+def normalise_frame(frames, stats):
+    """The last frame of uint8 observations, normalised by the running (mean, std) and clipped to [-5, 5]."""
+    mean, std = stats
     return ((frames[:, 3:4].float() - mean) / std).clip(-5, 5)
 
 
@@ -528,6 +533,7 @@ def main(args):
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
+        rollout_stats = frame_stats(obs_rms, device)
         for step in range(0, args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
@@ -545,7 +551,7 @@ def main(args):
             next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
             with torch.inference_mode():
                 # intrinsic reward: the predictor's error on the normalised next frame
-                predict_next_feature, target_next_feature = rnd_model(normalise_frame(next_obs, obs_rms, device))
+                predict_next_feature, target_next_feature = rnd_model(normalise_frame(next_obs, rollout_stats))
                 curiosity_rewards[step] = ((target_next_feature - predict_next_feature).pow(2).sum(1) / 2).data
             if room_byte is not None:
                 rooms.update(np.unique(info["ram"][:, room_byte]).tolist())
@@ -579,6 +585,7 @@ def main(args):
         b_advantages = int_advantages.reshape(-1) * args.int_coef + ext_advantages.reshape(-1) * args.ext_coef
         obs_rms.update(b_obs[:, 3:4].cpu().numpy().astype(np.float64))
 
+        update_stats = frame_stats(obs_rms, device)
         measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
         b_inds = np.arange(args.batch_size)
         clipfracs, grad_norms, rnd_losses = [], [], []
@@ -587,7 +594,7 @@ def main(args):
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=device)
 
-                predict_next_state_feature, target_next_state_feature = rnd_model(normalise_frame(b_obs[mb_inds], obs_rms, device))
+                predict_next_state_feature, target_next_state_feature = rnd_model(normalise_frame(b_obs[mb_inds], update_stats))
                 forward_loss = F.mse_loss(predict_next_state_feature, target_next_state_feature.detach(), reduction="none").mean(-1)
                 mask = (torch.rand(len(forward_loss), device=device) < args.update_proportion).float()
                 forward_loss = (forward_loss * mask).sum() / torch.clamp(mask.sum(), min=1.0)

@@ -65,7 +65,7 @@ def test_observation_normaliser_clips_to_5_std(rnd):
     rms.mean[:], rms.var[:] = 100.0, 4.0
     frames = torch.zeros((2, 4, 84, 84), dtype=torch.uint8)
     frames[0, 3], frames[1, 3] = 104, 255
-    out = rnd.normalise_frame(frames, rms, torch.device("cpu"))
+    out = rnd.normalise_frame(frames, rnd.frame_stats(rms, torch.device("cpu")))
     assert out.shape == (2, 1, 84, 84)
     assert torch.allclose(out[0], torch.tensor(2.0)) and torch.allclose(out[1], torch.tensor(5.0))
 
