@@ -23,16 +23,30 @@ def load_script(name):
     return module
 
 
-def run_copy(name, args, workdir, timeout=None, capture=True, extra_env=None):
-    """Copy the script alone into `workdir` and run it there, as a user who copied it would."""
+def start_copy(name, args, workdir, capture=True, extra_env=None):
+    """Copy the script alone into `workdir` and start it there, as a user who copied it would (a Popen)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPTS / f"{name}.py", workdir / f"{name}.py")
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", **(extra_env or {}))
-    return subprocess.run(
-        [sys.executable, f"{name}.py", *map(str, args)],
-        cwd=workdir, env=env, capture_output=capture, text=True, timeout=timeout,
-    )
+    pipe = subprocess.PIPE if capture else None
+    return subprocess.Popen([sys.executable, f"{name}.py", *map(str, args)], cwd=workdir, env=env,
+                            stdout=pipe, stderr=pipe, text=True)
+
+
+def finish(process, timeout=None):
+    """Wait for a started copy: a CompletedProcess (killed at `timeout`, as subprocess.run does)."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def run_copy(name, args, workdir, timeout=None, capture=True, extra_env=None):
+    """Run a copy of the script in `workdir` to its end."""
+    return finish(start_copy(name, args, workdir, capture, extra_env), timeout)
 
 
 def run_dirs(workdir):

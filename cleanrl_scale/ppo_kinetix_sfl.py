@@ -9,13 +9,17 @@ about half of the time, and every batch draws a share rho of its levels from tha
   are averaged, parameters stay identical; learnability filtering is split over devices too;
 - every random draw is keyed by the global env / level index and the minibatches are built per
   env, so the same flags and seed train the same way on 1 device or on many;
-- the scaling recipes of §5 / App. D and `--sfl-preset` for Table 3's four scales.
+- the scaling recipes of §5 / App. D and `--sfl-preset` for Table 3's four scales;
+- Kinetix's entity transformer (default) or a fast MLP on flat symbolic observations;
+- `--distributed` for several hosts (only process 0 logs and checkpoints) and exactly-resumable
+  checkpoints (`--save-every`, `--resume`).
 """
+import json
 import os
 import sys
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from fractions import Fraction
 from functools import partial
 from typing import NamedTuple, Optional
@@ -27,11 +31,20 @@ import numpy as np
 import optax
 import tyro
 from flax.linen.initializers import constant, orthogonal
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+MODELS = ("transformer", "mlp")
+# the Kinetix baseline's entity transformer (Kinetix configs/model/model-transformer.yaml), before
+# the --num-layers tanh layers of --hidden-size of the actor and the critic
+TRANSFORMER = dict(transformer_depth=2, num_heads=8, transformer_encoder_size=128, transformer_size=16,
+                   aggregate_mode="dummy_and_mean", full_attention_mask=False, transformer_ffn=False,
+                   multilayer_joint_thruster_mixing=False, joint_thruster_block_num_layers=2,
+                   joint_thruster_block_hidden_dim_multiplication=4)
+# flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
+STRUCTURAL_FLAGS = ("env_size", "model", "hidden_size", "num_layers", "sfl_buffer_size")
 RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 ENV_SIZES = ("s", "m", "l")
 # Table 3: N_envs, filtering batch N, update period T, buffer size K (L = 512 and rho = 0.5 throughout)
@@ -56,11 +69,13 @@ class Args:
     wandb_entity: Optional[str] = None
     """the entity (team) of wandb's project"""
 
-    # Environment
+    # Environment and network
     env_size: str = "l"
     """Kinetix static size of the random levels: s, m or l"""
     dense_reward_scale: float = 0.2
     """scale of Kinetix's dense distance-to-goal reward"""
+    model: str = "transformer"
+    """actor-critic: transformer (Kinetix's, on entity observations) or mlp (on flat symbolic observations)"""
     eval_every: int = 10
     """evaluate the solve rates every this many updates (and after the last; 0 = never)"""
     num_eval_levels: int = 512
@@ -99,10 +114,10 @@ class Args:
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
-    hidden_size: int = 128  # the Kinetix baseline's 5 tanh layers of 128 (issue 5), not a Table 2 entry
-    """width of the actor's and the critic's MLP"""
+    hidden_size: int = 128  # the Kinetix baseline's 5 tanh layers of 128, not a Table 2 entry
+    """width of the actor's and the critic's tanh layers (after the transformer, or on the flat observation)"""
     num_layers: int = 5
-    """tanh layers of the actor's and the critic's MLP"""
+    """tanh layers of the actor and of the critic"""
 
     # SFL (Rutherford et al., 2024; stagnation Table 3)
     sfl_preset: str = "2048"
@@ -127,6 +142,20 @@ class Args:
     """M0: the number of minibatches of the base config a recipe scales from"""
     hybrid_minibatch_factor: int = 0
     """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
+
+    # Checkpoints and several hosts
+    save_every: int = 0
+    """write a checkpoint under runs/{run_name}/checkpoints every this many updates (0 = never)"""
+    resume: Optional[str] = None
+    """continue from this checkpoint (params, optimizer, SFL buffer, rng, update count); same seed = same run"""
+    distributed: bool = False
+    """call jax.distributed.initialize() to span several processes / hosts (found from Slurm unless given below)"""
+    coordinator_address: Optional[str] = None
+    """host:port of process 0 with --distributed (default: from the cluster, or JAX_COORDINATOR_ADDRESS)"""
+    num_processes: Optional[int] = None
+    """number of processes with --distributed (default: from the cluster)"""
+    process_id: Optional[int] = None
+    """this process's index with --distributed (default: from the cluster)"""
 
     # to be filled in runtime
     num_devices: int = 0
@@ -183,6 +212,25 @@ def resolve_preset(args):
     return args
 
 
+def read_checkpoint(path):
+    """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        leaves = [data[f"leaf_{i}"] for i in range(meta["num_leaves"])]
+    return meta, leaves
+
+
+def check_distributed(args):
+    """The --distributed flags alone (before jax.distributed.initialize, which must come before any device use)."""
+    given = [f for f in ("coordinator_address", "num_processes", "process_id") if getattr(args, f) is not None]
+    if given and not args.distributed:
+        raise BadFlag(f"--{given[0].replace('_', '-')} only applies with --distributed")
+    if args.num_processes is not None and args.num_processes <= 0:
+        raise BadFlag(f"--num-processes must be positive (got {args.num_processes})")
+    if args.process_id is not None and not 0 <= args.process_id < (args.num_processes or float("inf")):
+        raise BadFlag(f"--process-id must lie in [0, --num-processes) (got {args.process_id})")
+
+
 def resolve_args(args, num_devices=None):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
     resolve_preset(args)
@@ -191,7 +239,8 @@ def resolve_args(args, num_devices=None):
                  "num_eval_levels", "sfl_num_candidates", "sfl_update_period", "sfl_buffer_size", "sfl_rollout_length"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "eval_every", "dense_reward_scale"):
+    check_distributed(args)
+    for flag in ("minibatch_size", "eval_every", "save_every", "dense_reward_scale"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "clip_coef"):
@@ -200,6 +249,8 @@ def resolve_args(args, num_devices=None):
     for flag in ("gamma", "gae_lambda", "sfl_sample_ratio"):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if args.model not in MODELS:
+        raise BadFlag(f"--model must be one of {', '.join(MODELS)} (got {args.model!r})")
     if args.env_size not in ENV_SIZES:
         raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
     if args.sfl_buffer_size > args.sfl_num_candidates:
@@ -239,6 +290,21 @@ def resolve_args(args, num_devices=None):
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.resume is not None:
+        if not os.path.isfile(args.resume):
+            raise BadFlag(f"--resume {args.resume}: no such file")
+        try:
+            meta, _ = read_checkpoint(args.resume)
+        except Exception as e:  # a truncated or foreign file
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+        for flag in STRUCTURAL_FLAGS:
+            if meta["args"].get(flag) != getattr(args, flag):
+                raise BadFlag(
+                    f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
+                    f"this run has {getattr(args, flag)}; only flags that keep the network and buffer shapes may change"
+                )
+        if meta["iteration"] >= args.num_iterations:
+            raise BadFlag(f"--resume {args.resume} is at update {meta['iteration']}, not before the last ({args.num_iterations}); raise --total-timesteps")
     return args
 
 
@@ -281,7 +347,7 @@ def minibatch_ids(rng, global_ids, num_steps, num_minibatches):
 
 
 # ---------------------------------------------------------------------------------------------
-# Network and the multi-categorical policy (one categorical per motor / thruster)
+# Networks and the multi-categorical policy (one categorical per motor / thruster)
 # ---------------------------------------------------------------------------------------------
 class MLP(nn.Module):
     hidden_size: int
@@ -296,15 +362,55 @@ class MLP(nn.Module):
         return nn.Dense(self.out, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0))(x)
 
 
-def action_mask(action_dims):
-    """(D, K) mask of the categories that exist in each of the D action dimensions."""
-    return jnp.arange(max(action_dims))[None, :] < jnp.asarray(action_dims)[:, None]
+class ActorCriticMLP(nn.Module):
+    """Separate actor and critic MLPs on the flat symbolic observation: (flat logits, value)."""
+
+    action_dims: tuple
+    hidden_size: int
+    num_layers: int
+
+    @nn.compact
+    def __call__(self, obs):
+        logits = MLP(self.hidden_size, self.num_layers, sum(self.action_dims), 0.01)(obs)
+        return logits, MLP(self.hidden_size, self.num_layers, 1, 1.0)(obs)[..., 0]
 
 
-def log_policy(logits, mask):
-    """Per-dimension log-probabilities (..., D, K); missing categories get probability 0."""
-    logits = logits.reshape(logits.shape[:-1] + mask.shape)
-    return jax.nn.log_softmax(jnp.where(mask, logits, -1e9), axis=-1)
+class ActorCriticTransformer(nn.Module):
+    """Kinetix's permutation-invariant transformer over the scene's entities (non-recurrent), whose
+    pooled embedding feeds the actor's and the critic's tanh layers: (flat logits, value)."""
+
+    action_dims: tuple
+    hidden_size: int
+    num_layers: int
+
+    @nn.compact
+    def __call__(self, obs):
+        from kinetix.environment.spaces import ActionType
+        from kinetix.models.transformer_model import ActorCriticTransformer as KinetixTransformer
+
+        net = KinetixTransformer(
+            action_dim=sum(self.action_dims), actor_width=self.hidden_size, critic_width=self.hidden_size,
+            actor_depth=self.num_layers, critic_depth=self.num_layers, action_mode=ActionType.MULTI_DISCRETE,
+            hybrid_action_continuous_dim=0, multi_discrete_number_of_dims_per_distribution=list(self.action_dims),
+            activation="tanh", recurrent=False, **TRANSFORMER,
+        )
+        timestep = jax.tree.map(lambda x: x[None], obs)  # Kinetix's models take (time, batch, ...)
+        dones = jnp.zeros((1, jax.tree.leaves(obs)[0].shape[0]))
+        _, pi, value = net(None, (timestep, dones))
+        return jnp.concatenate([d.logits for d in pi.distributions], axis=-1)[0], value[0]
+
+
+def action_layout(action_dims):
+    """(D, K) position in the flat logits of every category of the D action dimensions, and which exist."""
+    offsets = np.cumsum([0, *action_dims[:-1]])
+    exists = np.arange(max(action_dims))[None, :] < np.asarray(action_dims)[:, None]
+    return jnp.asarray(np.where(exists, offsets[:, None] + np.arange(max(action_dims))[None, :], 0)), jnp.asarray(exists)
+
+
+def log_policy(flat_logits, layout):
+    """Per-dimension log-probabilities (..., D, K) from the flat logits; missing categories get probability 0."""
+    index, exists = layout
+    return jax.nn.log_softmax(jnp.where(exists, flat_logits[..., index], -1e9), axis=-1)
 
 
 def log_prob(logp, action):
@@ -341,7 +447,7 @@ class Env(NamedTuple):
     sample_level: callable  # rng -> one random level
     reset: callable  # (key, level) -> obs, state
     step: callable  # (key, state, action, level) -> obs, state, reward, done, solved; resets onto `level`
-    obs_dim: int
+    example_obs: object  # shapes and dtypes of one observation (an array, or Kinetix's EntityObservation)
     action_dims: tuple
     max_episode_steps: int
     handmade: tuple  # (names, levels) of the hand-designed levels Kinetix ships for this size
@@ -357,7 +463,8 @@ def make_env(args):
 
     static_params = static_env_params_from_size(args.env_size)
     env_params = EnvParams(dense_reward_scale=args.dense_reward_scale)
-    env = make_kinetix_env(ActionType.MULTI_DISCRETE, ObservationType.SYMBOLIC_FLAT, None, env_params, static_params)
+    obs_type = ObservationType.SYMBOLIC_ENTITY if args.model == "transformer" else ObservationType.SYMBOLIC_FLAT
+    env = make_kinetix_env(ActionType.MULTI_DISCRETE, obs_type, None, env_params, static_params)
     sample_level = make_reset_fn_sample_kinetix_level(env_params, static_params, physics_engine=env.physics_engine)
 
     def reset(key, level):
@@ -373,8 +480,8 @@ def make_env(args):
     names = sorted(f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json"))
     handmade, _ = load_evaluation_levels([f"{args.env_size}/{n}.json" for n in names], static_env_params_override=static_params)
     dims = tuple(int(n) for n in np.asarray(env.action_space(env_params).number_of_dims_per_distribution))
-    obs_dim = int(np.prod(env.observation_space(env_params).shape))
-    return Env(sample_level, reset, step, obs_dim, dims, int(env_params.max_timesteps), (tuple(names), handmade))
+    example_obs = jax.eval_shape(lambda key: reset(key, sample_level(key))[0], jax.random.PRNGKey(0))
+    return Env(sample_level, reset, step, example_obs, dims, int(env_params.max_timesteps), (tuple(names), handmade))
 
 
 class Transition(NamedTuple):
@@ -395,15 +502,6 @@ class Shared(NamedTuple):
     rng: jnp.ndarray
 
 
-class Local(NamedTuple):
-    """Split over devices along the env axis."""
-
-    env_state: tuple
-    obs: jnp.ndarray
-    levels: tuple  # the level each env plays in this rollout
-    episode_return: jnp.ndarray
-
-
 class Buffer(NamedTuple):
     """The SFL buffer: the K levels of highest learnability, best first (replicated)."""
 
@@ -418,10 +516,14 @@ def strong(tree):
 
 
 def make_train(args, env):
-    """(init, update, sfl_update, evaluate, schedule), each a function of one device's share, PureJaxRL style."""
-    mask = action_mask(env.action_dims)
-    actor = MLP(args.hidden_size, args.num_layers, mask.size, 0.01)
-    critic = MLP(args.hidden_size, args.num_layers, 1, 1.0)
+    """(init, update, sfl_update, evaluate, schedule), each a function of one device's share, PureJaxRL style.
+
+    As in Kinetix's SFL, every update starts each env afresh on a new level, so no env state is carried
+    from one update to the next: the whole training state is `Shared` and the SFL `Buffer`.
+    """
+    layout = action_layout(env.action_dims)
+    model = ActorCriticTransformer if args.model == "transformer" else ActorCriticMLP
+    network = model(env.action_dims, args.hidden_size, args.num_layers)
     local_envs = args.num_envs // args.num_devices
     local_mb = args.minibatch_size // args.num_devices
     if args.anneal_lr:
@@ -433,27 +535,18 @@ def make_train(args, env):
     def global_ids(n_local):
         return jax.lax.axis_index("d") * n_local + jnp.arange(n_local)
 
-    def policy(params, obs):
-        return log_policy(actor.apply(params["actor"], obs), mask)
-
-    def value_fn(params, obs):
-        return critic.apply(params["critic"], obs)[..., 0]
+    def policy_and_value(params, obs):
+        logits, value = network.apply(params, obs)
+        return log_policy(logits, layout), value
 
     def keyed(fn, rng, ids, *args_):
         """vmap of fn over envs, each with its own key fold_in(rng, global id)."""
         return jax.vmap(lambda i, *a: fn(jax.random.fold_in(rng, i), *a))(ids, *args_)
 
     def init(rng):
-        rng, k_actor, k_critic = jax.random.split(rng, 3)
-        dummy = jnp.zeros((1, env.obs_dim))
-        params = {"actor": actor.init(k_actor, dummy), "critic": critic.init(k_critic, dummy)}
+        rng, k_net = jax.random.split(rng)
+        params = network.init(k_net, jax.tree.map(lambda x: jnp.zeros((1,) + x.shape, x.dtype), env.example_obs))
         return strong(Shared(params, tx.init(params), rng))
-
-    def init_local(rng):
-        ids = global_ids(local_envs)
-        levels = keyed(lambda k: env.sample_level(k), jax.random.fold_in(rng, 0), ids)
-        obs, state = keyed(env.reset, jax.random.fold_in(rng, 1), ids, levels)
-        return strong(Local(state, obs, levels, jnp.zeros(local_envs)))
 
     def rollout_levels(rng, buffer):
         """Each env's level for this rollout: a share rho from the buffer, the rest fresh random levels."""
@@ -467,11 +560,10 @@ def make_train(args, env):
         )
 
     def loss_fn(params, mb, advantages, targets):
-        logp = policy(params, mb.obs)
+        logp, newvalue = policy_and_value(params, mb.obs)
         newlogprob = log_prob(logp, mb.action)
         ratio = jnp.exp(newlogprob - mb.logprob)
         pg_loss = jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
-        newvalue = value_fn(params, mb.obs)
         if args.clip_vloss:
             v_clipped = mb.value + jnp.clip(newvalue - mb.value, -args.clip_coef, args.clip_coef)
             v_loss = 0.5 * jnp.maximum((newvalue - targets) ** 2, (v_clipped - targets) ** 2).mean()
@@ -481,26 +573,26 @@ def make_train(args, env):
         clipfrac = (jnp.abs(ratio - 1.0) > args.clip_coef).mean()
         return pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss, (pg_loss, v_loss, entropy_loss, clipfrac)
 
-    def update(shared, local, buffer):
+    def update(shared, buffer):
         rng, k_levels, k_reset, k_roll, k_epochs = jax.random.split(shared.rng, 5)
         ids = global_ids(local_envs)
         levels = rollout_levels(k_levels, buffer)
         obs, env_state = keyed(env.reset, k_reset, ids, levels)
-        local = local._replace(env_state=env_state, obs=obs, levels=levels)
 
-        def env_step(local, step_key):
-            logp = policy(shared.params, local.obs)
-            value = value_fn(shared.params, local.obs)
+        def env_step(carry, step_key):
+            env_state, obs, episode_return = carry
+            logp, value = policy_and_value(shared.params, obs)
             k_action, k_env = jax.random.split(step_key)
             action = keyed(lambda k, lp: jax.random.categorical(k, lp), k_action, ids, logp)
-            obs, env_state, reward, done, solved = keyed(env.step, k_env, ids, local.env_state, action, local.levels)
-            episode_return = local.episode_return + reward
-            transition = Transition(local.obs, action, log_prob(logp, action), logp, value, reward, done.astype(jnp.float32))
+            next_obs, env_state, reward, done, solved = keyed(env.step, k_env, ids, env_state, action, levels)
+            episode_return = episode_return + reward
+            transition = Transition(obs, action, log_prob(logp, action), logp, value, reward, done.astype(jnp.float32))
             stats = (done, episode_return * done, solved)
-            return local._replace(env_state=env_state, obs=obs, episode_return=episode_return * (1 - done)), (transition, stats)
+            return (env_state, next_obs, episode_return * (1 - done)), (transition, stats)
 
-        local, (traj, stats) = jax.lax.scan(env_step, local, jax.random.split(k_roll, args.num_steps))
-        advantages, targets = compute_gae(traj.reward, traj.value, traj.done, value_fn(shared.params, local.obs),
+        (_, last_obs, _), (traj, stats) = jax.lax.scan(env_step, (env_state, obs, jnp.zeros(local_envs)),
+                                                       jax.random.split(k_roll, args.num_steps))
+        advantages, targets = compute_gae(traj.reward, traj.value, traj.done, policy_and_value(shared.params, last_obs)[1],
                                           args.gamma, args.gae_lambda)
 
         def update_minibatch(carry, minibatch):
@@ -528,7 +620,7 @@ def make_train(args, env):
 
         # KL(behaviour || updated policy) on the whole batch, exact; DDR = batch / KL (stagnation §4.4)
         chunks = jax.tree.map(lambda x: x.reshape((args.num_minibatches, local_mb) + x.shape[2:]), (traj.obs, traj.behav_logp))
-        kl_sums = jax.lax.map(lambda c: kl_divergence(c[1], policy(params, c[0])).sum(), chunks)
+        kl_sums = jax.lax.map(lambda c: kl_divergence(c[1], policy_and_value(params, c[0])[0]).sum(), chunks)
         pg_loss, v_loss, entropy_loss, clipfrac, grad_norm = jax.tree.map(jnp.mean, losses)
         done, ret_sum, solved = jax.tree.map(lambda x: jax.lax.psum(x.sum(), "d"), stats)
         metrics = {
@@ -542,7 +634,7 @@ def make_train(args, env):
             "episode_return_sum": ret_sum,
             "episodes_solved": solved,
         }
-        return strong(Shared(params, opt_state, rng)), strong(local), metrics
+        return strong(Shared(params, opt_state, rng)), metrics
 
     def play(params, rng, levels, num_steps, ids=None):
         """Roll each level out from its start for num_steps steps (episodes restart on it): (successes, episodes, first solved).
@@ -557,7 +649,7 @@ def make_train(args, env):
         def body(carry, step_key):
             obs, state, successes, episodes, first, running = carry
             k_action, k_env = jax.random.split(step_key)
-            action = keyed(lambda k, lp: jax.random.categorical(k, lp), k_action, ids, policy(params, obs))
+            action = keyed(lambda k, lp: jax.random.categorical(k, lp), k_action, ids, policy_and_value(params, obs)[0])
             obs, state, _, done, solved = keyed(env.step, k_env, ids, state, action, levels)
             first = first | (running & solved)
             return (obs, state, successes + solved, episodes + done, first, running & ~done), None
@@ -588,103 +680,150 @@ def make_train(args, env):
         scores, p, _, levels = top_k_levels(*gathered, args.sfl_buffer_size)
         return strong(Buffer(levels, scores, p))
 
-    def evaluate(params, rng, levels):
-        """Share of `levels` (this device's) whose first episode from the start reaches the goal, averaged over devices."""
-        _, _, first = play(params, rng, levels, env.max_episode_steps)
-        return jax.lax.pmean(first.mean(), "d")
+    def evaluate(params, rng, sampled, handmade):
+        """First-episode success from the start: its mean over the sampled levels (split over devices) and
+        per hand-designed level (every device plays them all, keyed by level index, so all agree)."""
+        n_sampled, n_handmade = (jax.tree.leaves(x)[0].shape[0] for x in (sampled, handmade))
+        ids = jnp.concatenate([global_ids(n_sampled), args.num_eval_levels + jnp.arange(n_handmade)])
+        levels = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), sampled, handmade)
+        _, _, first = play(params, rng, levels, env.max_episode_steps, ids)
+        return jax.lax.pmean(first[:n_sampled].mean(), "d"), first[n_sampled:].astype(jnp.float32)
 
-    def evaluate_replicated(params, rng, levels):
-        """Per-level first-episode success on levels every device holds (the hand-designed ones)."""
-        n = jax.tree.leaves(levels)[0].shape[0]
-        _, _, first = play(params, rng, levels, env.max_episode_steps, jnp.arange(n))
-        return first.astype(jnp.float32)
+    return init, update, sfl_update, evaluate, schedule
 
-    return init, init_local, update, sfl_update, evaluate, evaluate_replicated, schedule
+
+def save_checkpoint(path, shared, buffer, iteration, global_step, args):
+    """One .npz: every array of the training state and the SFL buffer, plus the flags and counters."""
+    leaves = [host(x) for x in jax.tree.leaves((shared, buffer))]
+    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step, "args": asdict(args)}
+    tmp = f"{path}.tmp.npz"
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
+    os.replace(tmp, path)  # never a half-written checkpoint
+
+
+def restore_checkpoint(path, target):
+    """(shared, buffer) as host arrays, update count and step from `path`, checked leaf by leaf against `target`."""
+    meta, leaves = read_checkpoint(path)
+    expected, treedef = jax.tree.flatten(target)
+    if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
+        raise BadFlag(f"--resume {path} does not match this network and buffer (array shapes differ)")
+    return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"]
+
+
+def host(x):
+    """This process's copy of a replicated array (all of it; works across hosts, unlike device_get)."""
+    return np.asarray(x.addressable_data(0))
 
 
 def main(args):
     env = make_env(args)
-    init, init_local, update, sfl_update, evaluate, evaluate_replicated, schedule = make_train(args, env)
+    init, update, sfl_update, evaluate, schedule = make_train(args, env)
     mesh = Mesh(np.array(jax.devices()), ("d",))
     shard = partial(jax.shard_map, mesh=mesh, check_vma=False)
     R, S = P(), P("d")  # replicated, split over devices
-    init = jax.jit(shard(init, in_specs=R, out_specs=R))  # placed as update returns it: one compile of update
-    init_local = jax.jit(shard(init_local, in_specs=R, out_specs=S))
-    update = jax.jit(shard(update, in_specs=(R, S, R), out_specs=(R, S, R)), donate_argnums=1)
+    replicated = NamedSharding(mesh, R)
+
+    def replicate(tree):
+        """Host arrays -> global arrays replicated on every device of every process (what a jit here expects)."""
+        return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), replicated, lambda i: np.asarray(x)[i]), tree)
+
+    init = jax.jit(shard(init, in_specs=R, out_specs=R))
+    update = jax.jit(shard(update, in_specs=(R, R), out_specs=(R, R)), donate_argnums=0)
     sfl_update = jax.jit(shard(sfl_update, in_specs=(R, R), out_specs=R))
-    evaluate = jax.jit(shard(evaluate, in_specs=(R, R, S), out_specs=R))
-    evaluate_replicated = jax.jit(shard(evaluate_replicated, in_specs=(R, R, R), out_specs=R))
+    evaluate = jax.jit(shard(evaluate, in_specs=(R, R, S, R), out_specs=(R, R)))
     sample_eval_levels = jax.jit(shard(
         lambda rng: jax.vmap(lambda i: env.sample_level(jax.random.fold_in(rng, i)))(
             jax.lax.axis_index("d") * (args.num_eval_levels // args.num_devices) + jnp.arange(args.num_eval_levels // args.num_devices)
         ), in_specs=R, out_specs=S))
 
-    run_name = f"kinetix-{args.env_size}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    print(
-        f"PPO + SFL on {args.num_devices} device(s): batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, "
-        f"{args.num_iterations} updates, {args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
-        f"(recipe {args.scaling_recipe}); SFL preset {args.sfl_preset}: N {args.sfl_num_candidates}, T {args.sfl_update_period}, "
-        f"K {args.sfl_buffer_size}, L {args.sfl_rollout_length}, rho {args.sfl_sample_ratio:g}"
-    )
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_name, save_code=True)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
-
     rng = jax.random.PRNGKey(args.seed)
-    rng, k_init, k_local, k_sfl, k_eval_levels = jax.random.split(rng, 5)
-    shared = init(k_init)
-    local = init_local(k_local)
-    eval_levels = sample_eval_levels(k_eval_levels)
+    rng, k_init, k_sfl, k_eval_levels = jax.random.split(rng, 4)
+    start_iteration, global_step = 0, 0
+    if args.resume is not None:
+        target = jax.eval_shape(lambda: (init(k_init), sfl_update(init(k_init), k_sfl)))
+        restored, start_iteration, global_step = restore_checkpoint(args.resume, target)
+        shared, buffer = replicate(restored)
+    else:
+        shared = init(replicate(k_init))
+    eval_levels = sample_eval_levels(replicate(k_eval_levels))
     handmade_names, handmade_levels = env.handmade
+    handmade_levels = replicate(handmade_levels)
     eval_rng = jax.random.PRNGKey(args.seed + 10_000)  # evaluation never draws from the training stream
 
+    lead = jax.process_index() == 0  # only process 0 logs and checkpoints
+    run_name = f"kinetix-{args.env_size}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    if lead:
+        print(
+            f"PPO + SFL ({args.model}) on {args.num_devices} device(s) in {jax.process_count()} process(es): batch "
+            f"{args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} updates, "
+            f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} (recipe {args.scaling_recipe}); "
+            f"SFL preset {args.sfl_preset}: N {args.sfl_num_candidates}, T {args.sfl_update_period}, K {args.sfl_buffer_size}, "
+            f"L {args.sfl_rollout_length}, rho {args.sfl_sample_ratio:g}"
+            + (f"; resuming {args.resume} after update {start_iteration}" if args.resume else "")
+        )
+        if args.track:
+            import wandb
+
+            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                       config=vars(args), name=run_name, save_code=True)
+        writer = SummaryWriter(f"runs/{run_name}")
+        writer.add_text(
+            "hyperparameters",
+            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+        )
+
+    def log(tag, value, step):
+        if lead:
+            writer.add_scalar(tag, value, step)
+
     recent_returns = deque(maxlen=20)
-    progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", unit_scale=True, dynamic_ncols=True)
-    start_time, global_step = time.time(), 0
-    for iteration in range(1, args.num_iterations + 1):
+    progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
+                    dynamic_ncols=True, disable=not lead)
+    start_time, start_step = time.time(), global_step
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if (iteration - 1) % args.sfl_update_period == 0:
-            buffer = sfl_update(shared, jax.random.fold_in(k_sfl, iteration))
-            writer.add_scalar("sfl/mean_learnability", float(buffer.scores.mean()), global_step)
-            writer.add_scalar("sfl/buffer_solve_rate", float(buffer.success_rates.mean()), global_step)
-        shared, local, metrics = update(shared, local, buffer)
-        metrics = jax.device_get(metrics)
+            buffer = sfl_update(shared, replicate(jax.random.fold_in(k_sfl, iteration)))
+            log("sfl/mean_learnability", host(buffer.scores).mean(), global_step)
+            log("sfl/buffer_solve_rate", host(buffer.success_rates).mean(), global_step)
+        shared, metrics = update(shared, buffer)
+        metrics = jax.tree.map(host, metrics)
         global_step += args.batch_size
         episodes, ret_sum, solved = (metrics.pop(k) for k in ("episodes", "episode_return_sum", "episodes_solved"))
         if episodes:
             recent_returns.append(ret_sum / episodes)
-            writer.add_scalar("charts/episodic_return", ret_sum / episodes, global_step)
-            writer.add_scalar("charts/episodic_solve_rate", solved / episodes, global_step)
+            log("charts/episodic_return", ret_sum / episodes, global_step)
+            log("charts/episodic_solve_rate", solved / episodes, global_step)
         for tag, value in metrics.items():
-            writer.add_scalar(tag, value, global_step)
-        writer.add_scalar("charts/ddr", args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12), global_step)
-        writer.add_scalar("charts/learning_rate", float(schedule(iteration * args.update_epochs * args.num_minibatches)), global_step)
+            log(tag, value, global_step)
+        log("charts/ddr", args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12), global_step)
+        log("charts/learning_rate", float(schedule(iteration * args.update_epochs * args.num_minibatches)), global_step)
         if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations):
-            k_sampled, k_handmade = jax.random.split(jax.random.fold_in(eval_rng, iteration))
-            writer.add_scalar("eval/solve_rate_sampled", float(evaluate(shared.params, k_sampled, eval_levels)), global_step)
-            per_level = np.asarray(evaluate_replicated(shared.params, k_handmade, handmade_levels))
-            writer.add_scalar("eval/solve_rate_handmade", per_level.mean(), global_step)
+            k_eval = replicate(jax.random.fold_in(eval_rng, iteration))
+            sampled, per_level = map(host, evaluate(shared.params, k_eval, eval_levels, handmade_levels))
+            log("eval/solve_rate_sampled", sampled, global_step)
+            log("eval/solve_rate_handmade", per_level.mean(), global_step)
             for name, solved_level in zip(handmade_names, per_level):
-                writer.add_scalar(f"eval_handmade/{name}", solved_level, global_step)
-        sps = int(global_step / (time.time() - start_time))
-        writer.add_scalar("charts/SPS", sps, global_step)
+                log(f"eval_handmade/{name}", solved_level, global_step)
+        if lead and args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+            os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
+            save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", shared, buffer, iteration, global_step, args)
+        sps = int((global_step - start_step) / (time.time() - start_time))
+        log("charts/SPS", sps, global_step)
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
     progress.close()
-    writer.close()
+    if lead:
+        writer.close()
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
     try:
+        check_distributed(args)
+        if args.distributed:  # before anything touches a device, so that jax.devices() spans every process
+            jax.distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
         resolve_args(args)
+        main(args)
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    main(args)

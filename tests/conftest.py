@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmark.common import load_script, read_run, run_copy, run_dirs  # noqa: E402,F401
+from benchmark.common import finish, load_script, read_run, run_copy, run_dirs, start_copy  # noqa: E402,F401
 
 
 def read_values(run_dir):
@@ -55,9 +55,14 @@ def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):
     return adv
 
 
-def run_ok(script, args, workdir, timeout=900, extra_env=None):
-    """Run a copy of `script` that must succeed: (run_dir, result, scalars, texts) of its one run."""
-    result = run_copy(script, args, workdir, timeout=timeout, extra_env=extra_env)
+def finish_ok(process, workdir, timeout=900):
+    """Wait for a started copy that must succeed: (run_dir, result, scalars, texts) of its one run."""
+    result = finish(process, timeout)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = run_dirs(workdir)
     return (run_dir, result, *read_values(run_dir))
+
+
+def run_ok(script, args, workdir, timeout=900, extra_env=None):
+    """Run a copy of `script` that must succeed: (run_dir, result, scalars, texts) of its one run."""
+    return finish_ok(start_copy(script, args, workdir, extra_env=extra_env), workdir, timeout)

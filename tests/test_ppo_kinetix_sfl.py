@@ -1,20 +1,25 @@
 """ppo_kinetix_sfl.py: learnability, top-K selection and the rho mix on hand-made numbers, the per-env
-minibatches, Table 3 presets, bad input, a tiny end-to-end run on real Kinetix levels from a copy of
-the script, and the same run on 4 forced host devices giving the same training."""
+minibatches, Table 3 presets, bad input, tiny end-to-end runs on real Kinetix levels from a copy of
+the script with both models, exact resumption from a checkpoint, and the same training on 4 forced
+host devices and on 2 processes x 2 devices joined by jax.distributed."""
+import socket
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_bad_input, load_script, run_copy, run_ok
+from conftest import assert_bad_input, finish, finish_ok, load_script, read_values, run_copy, run_dirs, run_ok, start_copy
 
 SCRIPT = "ppo_kinetix_sfl"
 FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-TINY = ["--env-size", "s", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "2", "--update-epochs", "1",
-        "--sfl-num-candidates", "16", "--sfl-update-period", "2", "--sfl-buffer-size", "4", "--sfl-rollout-length", "16",
-        "--num-eval-levels", "8", "--total-timesteps", "384"]
+TINY = ["--model", "mlp", "--env-size", "s", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "2",
+        "--update-epochs", "1", "--sfl-num-candidates", "16", "--sfl-update-period", "2", "--sfl-buffer-size", "4",
+        "--sfl-rollout-length", "16", "--num-eval-levels", "8", "--total-timesteps", "384"]
 EVERY_UPDATE = ["losses/approx_kl", "charts/ddr", "losses/policy_loss", "losses/value_loss", "losses/entropy",
                 "losses/clipfrac", "losses/grad_norm", "charts/SPS", "charts/learning_rate"]
 TRAINING = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/grad_norm", "charts/episodic_return"]
+# size s: 4 motors of 3 categories and 2 thrusters of 2; a fresh policy (output scale 0.01) is near uniform
+UNIFORM_ENTROPY = 4 * np.log(3) + 2 * np.log(2)
 
 
 @pytest.fixture(scope="module")
@@ -95,35 +100,108 @@ def test_explicit_flags_override_the_preset(sfl):
     (["--sfl-preset", "4096"], "--sfl-preset must be one of", None),
     (["--sfl-num-candidates", "3000"], "must be a multiple of --num-envs", None),
     (["--num-steps", "12", "--num-minibatches", "8"], "--num-minibatches 8 must divide --num-steps 12", None),
+    (["--model", "cnn"], "--model must be one of transformer, mlp", None),
+    (["--process-id", "1"], "--process-id only applies with --distributed", None),
+    (["--distributed", "--num-processes", "2", "--process-id", "2"], "--process-id must lie in [0, --num-processes)", None),
+    (["--resume", "missing.npz"], "--resume missing.npz: no such file", None),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag, env):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120, extra_env=env), tmp_path, flag)
 
 
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    return run_ok(SCRIPT, TINY + ["--eval-every", "2"], tmp_path_factory.mktemp("sfl1"))
+def runs(tmp_path_factory):
+    """Three tiny runs started together: compiling is mostly single-threaded and this CPU has 2 cores."""
+    configs = {
+        "mlp": (TINY + ["--eval-every", "2", "--save-every", "1"], None),
+        "transformer": (TINY[2:] + ["--model", "transformer", "--eval-every", "3", "--track"], None),
+        "four_devices": (TINY + ["--eval-every", "0"], FOUR_DEVICES),
+    }
+    dirs = {name: tmp_path_factory.mktemp(name) for name in configs}
+    started = {name: start_copy(SCRIPT, argv, dirs[name], extra_env=env) for name, (argv, env) in configs.items()}
+    return {name: (finish_ok(process, dirs[name]), dirs[name]) for name, process in started.items()}
 
 
-def test_tiny_run_logs_every_tag(tiny_run):
-    _, result, scalars, _ = tiny_run
-    assert "on 1 device(s)" in result.stdout
+@pytest.fixture(scope="module")
+def tiny_run(runs):
+    return runs["mlp"][0]
+
+
+def assert_logs_every_tag(result, scalars, model):
+    assert f"PPO + SFL ({model}) on 1 device(s)" in result.stdout
     assert all(len(scalars[tag]) == 3 for tag in EVERY_UPDATE)  # 384 // (8 * 16) updates
     assert len(scalars["sfl/mean_learnability"]) == 2  # before updates 1 and 3 (T = 2)
     assert all(0 <= v <= 0.25 for v in scalars["sfl/mean_learnability"])
     assert all(0 <= v <= 1 for v in scalars["sfl/buffer_solve_rate"])
-    for tag in ["eval/solve_rate_sampled", "eval/solve_rate_handmade"]:
-        assert len(scalars[tag]) == 2 and all(0 <= v <= 1 for v in scalars[tag])  # updates 2 and 3
+    assert all(0 <= v <= 1 for v in scalars["eval/solve_rate_sampled"] + scalars["eval/solve_rate_handmade"])
     handmade = [tag for tag in scalars if tag.startswith("eval_handmade/")]
     assert len(handmade) == 10  # Kinetix ships 10 hand-designed levels of size s
     np.testing.assert_allclose(np.mean([scalars[t] for t in handmade], axis=0), scalars["eval/solve_rate_handmade"], rtol=1e-6)
     np.testing.assert_allclose(scalars["charts/ddr"], [128 / kl for kl in scalars["losses/approx_kl"]], rtol=1e-4)
+    np.testing.assert_allclose(scalars["losses/entropy"][0], UNIFORM_ENTROPY, atol=2e-3)
 
 
-def test_four_devices_train_like_one(tiny_run, tmp_path):
-    _, _, one, _ = tiny_run
-    _, result, four, _ = run_ok(SCRIPT, TINY + ["--eval-every", "0"], tmp_path, extra_env=FOUR_DEVICES)
-    assert "on 4 device(s)" in result.stdout
+def test_tiny_mlp_run_logs_every_tag(tiny_run):
+    _, result, scalars, _ = tiny_run
+    assert_logs_every_tag(result, scalars, "mlp")
+    assert len(scalars["eval/solve_rate_sampled"]) == 2  # after updates 2 and 3
+
+
+def test_tiny_transformer_run_logs_every_tag_and_tracks_to_wandb(runs):
+    (_, result, scalars, _), workdir = runs["transformer"]
+    assert_logs_every_tag(result, scalars, "transformer")
+    assert len(scalars["eval/solve_rate_sampled"]) == 1
+    assert len(list((workdir / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
+
+
+def test_resume_continues_exactly(tiny_run, tmp_path):
+    run_dir, _, first, _ = tiny_run
+    checkpoint = run_dir / "checkpoints" / "iter_1.npz"
+    _, result, resumed, _ = run_ok(SCRIPT, TINY + ["--eval-every", "2", "--resume", checkpoint], tmp_path)
+    assert "resuming" in result.stdout
+    assert resumed["losses/policy_loss"] and len(resumed["losses/policy_loss"]) == 2  # updates 2 and 3
+    for tag, values in resumed.items():
+        if tag != "charts/SPS":
+            np.testing.assert_allclose(values, first[tag][-len(values):], rtol=1e-6, atol=1e-9, err_msg=tag)
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["--model", "transformer"], "was saved with --model mlp"),
+    (["--total-timesteps", "128"], "is at update 1, not before the last (1)"),
+])
+def test_resume_refuses_another_network_or_a_finished_run(tiny_run, tmp_path, argv, text):
+    checkpoint = tiny_run[0] / "checkpoints" / "iter_1.npz"
+    result = run_copy(SCRIPT, TINY + ["--resume", checkpoint] + argv, tmp_path, timeout=120)
+    assert_bad_input(result, tmp_path, text)
+
+
+def assert_trains_alike(many, one):
+    """Same global batch and seed: the same training up to float summation order."""
     for tag in TRAINING + ["sfl/mean_learnability"]:
-        np.testing.assert_allclose(four[tag], one[tag], rtol=1e-3, atol=1e-6, err_msg=tag)
-    np.testing.assert_allclose(four["losses/approx_kl"], one["losses/approx_kl"], rtol=2e-2, atol=1e-7)
+        np.testing.assert_allclose(many[tag], one[tag], rtol=1e-3, atol=1e-6, err_msg=tag)
+    np.testing.assert_allclose(many["losses/approx_kl"], one["losses/approx_kl"], rtol=2e-2, atol=1e-7)
+
+
+def test_four_devices_train_like_one(runs, tiny_run):
+    (_, result, four, _), _ = runs["four_devices"]
+    assert "on 4 device(s) in 1 process(es)" in result.stdout
+    assert_trains_alike(four, tiny_run[2])
+
+
+def test_two_processes_of_two_devices_train_like_one(tiny_run, tmp_path):
+    """jax.distributed over 2 local processes (gloo collectives on CPU); only process 0 writes anything."""
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    flags = TINY + ["--eval-every", "2", "--distributed", "--coordinator-address", f"localhost:{port}", "--num-processes", "2"]
+    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    processes = [start_copy(SCRIPT, flags + ["--process-id", i], tmp_path / f"p{i}", extra_env=env) for i in range(2)]
+    results = [finish(p, timeout=900) for p in processes]
+    assert all(r.returncode == 0 for r in results), results[0].stderr[-3000:] + results[1].stderr[-3000:]
+    assert "on 4 device(s) in 2 process(es)" in results[0].stdout and "PPO + SFL" not in results[1].stdout
+    assert not run_dirs(tmp_path / "p1")
+    two, _ = read_values(run_dirs(tmp_path / "p0")[0])
+    _, _, one, _ = tiny_run
+    assert_trains_alike(two, one)
+    # evaluation runs on every process too (chaotic physics on another per-device batch may flip an outcome)
+    assert len(two["eval/solve_rate_sampled"]) == len(two["eval/solve_rate_handmade"]) == 2

@@ -1,0 +1,187 @@
+"""ppo_kinetix_sfl.py: training vs random-action steps/s, weak scaling over devices, time to the first update.
+
+Three measurements, each of a copy of the script run from a temporary directory:
+- `throughput` (default): in this process, random-action stepping of the script's own environment,
+  sharded over the same devices at the same --num-envs with `shard_map` (timed after compilation);
+  then training for --iterations updates (one SFL buffer refresh, before the first update; no
+  evaluation), each update timed from the wall times of its TensorBoard events, the first dropped.
+- `weak-scaling`: `throughput` at 1, 2 and 4 devices (forced host devices on a CPU) with
+  --envs-per-device envs on each, reporting steps/s per device.
+- `first-update`: seconds from launch to the first logged update (compilation + the first SFL
+  buffer + the first update) and to the first buffer, with the script's defaults unless flags follow.
+
+    python benchmark/sfl_steps_per_second.py throughput --env-size s --num-envs 256 --num-steps 64
+    python benchmark/sfl_steps_per_second.py weak-scaling --env-size s --envs-per-device 64 --num-steps 64
+    python benchmark/sfl_steps_per_second.py first-update --env-size s --num-envs 256
+"""
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from common import ROOT, load_script, read_run, repeat_and_report, run_copy, run_dirs
+
+SCRIPT = "ppo_kinetix_sfl"
+
+
+def forced_devices(n):
+    return {"XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"} if n else {}
+
+
+def script_flags(opts, num_envs):
+    return ["--env-size", opts.env_size, "--model", opts.model, "--num-envs", num_envs, "--num-steps", opts.num_steps, *opts.extra]
+
+
+def random_action_sps(opts, scans):
+    """Random actions on the script's environment, split over this process's devices like its training."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh
+    from jax.sharding import PartitionSpec as P
+
+    module = load_script(SCRIPT)
+    args = module.resolve_args(module.Args(env_size=opts.env_size, model=opts.model, num_envs=opts.num_envs,
+                                           num_steps=opts.num_steps, sfl_num_candidates=opts.num_envs,
+                                           sfl_buffer_size=1, num_minibatches=1))
+    env = module.make_env(args)
+    local = args.num_envs // args.num_devices
+    dims = jnp.asarray(env.action_dims)
+
+    def rollout(rng):  # one device's share: fresh levels, reset, --num-steps random-action steps
+        ids = jax.lax.axis_index("d") * local + jnp.arange(local)
+        keyed = lambda fn, key, *a: jax.vmap(lambda i, *b: fn(jax.random.fold_in(key, i), *b))(ids, *a)
+        k_levels, k_reset, k_run = jax.random.split(rng, 3)
+        levels = keyed(env.sample_level, k_levels)
+        _, state = keyed(env.reset, k_reset, levels)
+
+        def body(state, key):
+            k_action, k_env = jax.random.split(key)
+            action = keyed(lambda k: jax.random.randint(k, (len(env.action_dims),), 0, dims), k_action)
+            _, state, reward, _, _ = keyed(env.step, k_env, state, action, levels)
+            return state, reward.sum()
+
+        _, rewards = jax.lax.scan(body, state, jax.random.split(k_run, args.num_steps))
+        return jax.lax.psum(rewards.sum(), "d")
+
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    rollout = jax.jit(jax.shard_map(rollout, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False))
+    jax.block_until_ready(rollout(jax.random.PRNGKey(0)))  # compile
+    start = time.perf_counter()
+    jax.block_until_ready([rollout(jax.random.PRNGKey(1 + i)) for i in range(scans)])
+    # level sampling and resets are included, as in training, where every update starts on new levels
+    return scans * args.num_steps * args.num_envs / (time.perf_counter() - start), args.num_devices
+
+
+def train_sps(opts):
+    flags = script_flags(opts, opts.num_envs) + [
+        "--total-timesteps", opts.num_envs * opts.num_steps * opts.iterations, "--eval-every", 0,
+        "--sfl-update-period", opts.iterations, "--sfl-num-candidates", opts.num_envs,  # one small buffer refresh
+        "--sfl-buffer-size", min(1024, opts.num_envs),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        result = run_copy(SCRIPT, flags, tmp)
+        if result.returncode:
+            raise SystemExit(f"{SCRIPT} failed:\n{result.stderr[-3000:]}")
+        scalars, _ = read_run(run_dirs(tmp)[0])
+    ends = [e.wall_time for e in scalars["charts/SPS"]]
+    return opts.num_envs * opts.num_steps / float(np.median(np.diff(ends)))
+
+
+def throughput(opts):
+    def measure():
+        raw, devices = random_action_sps(opts, opts.scans)
+        train = train_sps(opts)
+        return {"devices": devices, "raw_sps": raw, "train_sps": train, "ratio": train / raw,
+                "train_sps_per_device": train / devices}
+
+    def describe(r):
+        return (f"{r['devices']:.0f} device(s): random actions {r['raw_sps']:,.0f} steps/s, training {r['train_sps']:,.0f} "
+                f"steps/s ({r['train_sps_per_device']:,.0f} per device), ratio {r['ratio']:.3f}")
+
+    return repeat_and_report(opts, measure, describe, f"{opts.model}, size {opts.env_size}, {opts.num_envs} envs x {opts.num_steps} steps",
+                             machine())
+
+
+def weak_scaling(opts):
+    """`throughput` in a fresh process per device count (the device count is fixed when jax starts)."""
+    rows = []
+    for devices in opts.devices:
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            command = [sys.executable, __file__, "throughput", "--env-size", opts.env_size, "--model", opts.model,
+                       "--num-envs", str(opts.envs_per_device * devices), "--num-steps", str(opts.num_steps),
+                       "--iterations", str(opts.iterations), "--scans", str(opts.scans), "--repeats", str(opts.repeats),
+                       "--json", out.name, "--", *map(str, opts.extra)]
+            subprocess.run(command, check=True, env=dict(os.environ, **forced_devices(devices)))
+            rows.append(json.load(open(out.name))["median"])
+    print(f"weak scaling ({opts.model}, size {opts.env_size}, {opts.envs_per_device} envs per device x {opts.num_steps} steps, {machine()}):")
+    print("| devices | envs | training steps/s | per device | random-action steps/s |")
+    for r in rows:
+        print(f"| {r['devices']:.0f} | {r['devices'] * opts.envs_per_device:.0f} | {r['train_sps']:,.0f} | "
+              f"{r['train_sps_per_device']:,.0f} | {r['raw_sps']:,.0f} |")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"options": vars(opts), "machine": machine(), "rows": rows}, f, indent=2)
+
+
+def first_update(opts):
+    flags = ["--env-size", opts.env_size, "--model", opts.model, "--num-envs", opts.num_envs, "--eval-every", 0, *opts.extra]
+
+    def measure():
+        with tempfile.TemporaryDirectory() as tmp, open(os.path.join(tmp, "stderr.txt"), "w+") as log:
+            env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # cold: nothing compiled before
+            launched = time.time()
+            process = subprocess.Popen([sys.executable, str(ROOT / "cleanrl_scale" / f"{SCRIPT}.py"), *map(str, flags)],
+                                       cwd=tmp, env=dict(env, WANDB_MODE="offline"), stdout=subprocess.DEVNULL, stderr=log)
+            while True:  # the run is long: stop it once its first update is logged
+                time.sleep(5)
+                runs = run_dirs(tmp)
+                scalars = read_run(runs[0])[0] if runs else {}
+                if "charts/SPS" in scalars or process.poll() is not None:
+                    break
+            process.kill()
+            process.wait()
+            if "charts/SPS" not in scalars:
+                log.seek(0)
+                raise SystemExit(f"{SCRIPT} ended before its first update:\n{log.read()[-3000:]}")
+        return {"first_buffer_s": scalars["sfl/mean_learnability"][0].wall_time - launched,
+                "first_update_s": scalars["charts/SPS"][0].wall_time - launched}
+
+    def describe(r):
+        return f"first SFL buffer after {r['first_buffer_s']:.0f} s, first update logged after {r['first_update_s']:.0f} s"
+
+    return repeat_and_report(opts, measure, describe, f"{opts.model}, size {opts.env_size}, {opts.num_envs} envs, {' '.join(map(str, opts.extra)) or 'defaults'}",
+                             machine())
+
+
+def machine():
+    import jax
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.default_backend()}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=["throughput", "weak-scaling", "first-update"])
+    parser.add_argument("--env-size", default="s")
+    parser.add_argument("--model", default="transformer")
+    parser.add_argument("--num-envs", type=int, default=256)
+    parser.add_argument("--envs-per-device", type=int, default=64, help="weak-scaling: envs on each device")
+    parser.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4], help="weak-scaling: device counts")
+    parser.add_argument("--num-steps", type=int, default=64)
+    parser.add_argument("--iterations", type=int, default=5, help="training updates per measurement")
+    parser.add_argument("--scans", type=int, default=3, help="timed random-action rollouts of --num-steps steps")
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
+    opts = parser.parse_args()
+    {"throughput": throughput, "weak-scaling": weak_scaling, "first-update": first_update}[opts.mode](opts)
+
+
+if __name__ == "__main__":
+    main()
