@@ -12,7 +12,9 @@ Three measurements, each of a copy of the script run from a temporary directory:
 
     python benchmark/sfl_steps_per_second.py throughput --env-size s --num-envs 256 --num-steps 64
     python benchmark/sfl_steps_per_second.py weak-scaling --env-size s --envs-per-device 64 --num-steps 64
-    python benchmark/sfl_steps_per_second.py first-update --env-size s --num-envs 256
+    python benchmark/sfl_steps_per_second.py first-update --env-size s --num-envs 256 -- --sfl-num-candidates 256
+
+Flags after `--` go to the script.
 """
 import argparse
 import json
@@ -178,8 +180,10 @@ def main():
     parser.add_argument("--scans", type=int, default=3, help="timed random-action rollouts of --num-steps steps")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
-    opts = parser.parse_args()
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)  # what follows -- goes to the script
+    opts = parser.parse_args(argv[:split])
+    opts.extra = argv[split + 1:]
     {"throughput": throughput, "weak-scaling": weak_scaling, "first-update": first_update}[opts.mode](opts)
 
 
