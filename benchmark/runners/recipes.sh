@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Stagnation Fig. 9: the scaling recipes (§5, App. D) from the base config (2048 envs, 32 minibatches,
+# lr 3e-4) to 2x-16x the envs, PPO on Kinetix locomotion (ppo_ewma_jax.py), 5 seeds, solve rate.
+# hybrid (b = 2) starts at 2x: a = k / b must be a whole number of times the base minibatches.
+source "$(dirname "$0")/common.sh"
+if smoke; then
+    SEEDS="1 2"; ENV=(--env-id CartPole-v1); BASE=16; NENVS="16 32 64"; HYBRID="32 64"; ITER=4; STEPS=16; MB=4
+else
+    SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); BASE=2048; NENVS="2048 4096 8192 16384 32768"; HYBRID="4096 8192 16384 32768"; ITER=1000; STEPS=256; MB=32
+fi
+COMMON=(--script ppo_ewma_jax --seeds $SEEDS --iterations $ITER)
+launch recipes "${COMMON[@]}" -- "${ENV[@]}" --num-steps $STEPS --base-num-envs $BASE --base-num-minibatches $MB \
+    --num-envs $NENVS --scaling-recipe more-minibatches bigger-minibatch bigger-minibatch-sqrt-lr
+launch recipes "${COMMON[@]}" -- "${ENV[@]}" --num-steps $STEPS --base-num-envs $BASE --base-num-minibatches $MB \
+    --num-envs $HYBRID --scaling-recipe hybrid --hybrid-minibatch-factor 2
+analyze recipes --x-flag num-envs $(smoke && echo --tag charts/episodic_return)
