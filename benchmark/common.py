@@ -7,6 +7,8 @@ import statistics
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -76,3 +78,20 @@ def repeat_and_report(opts, measure, describe, label, machine=""):
         with open(opts.json, "w") as f:
             json.dump({"options": vars(opts), "machine": machine, "repeats": rows, "median": median}, f, indent=2)
     return median
+
+
+def update_wall_times(name, args, extra_env=None):
+    """Train a copy of `name` in a temporary directory: (wall time of each logged charts/SPS, launch time)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        launched = time.time()
+        result = run_copy(name, args, tmp, extra_env=extra_env)
+        if result.returncode:
+            raise SystemExit(f"{name} failed:\n{result.stderr[-3000:]}")
+        scalars, _ = read_run(run_dirs(tmp)[0])
+    return [e.wall_time for e in scalars["charts/SPS"]], launched
+
+
+def jax_machine():
+    import jax
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.default_backend()}"

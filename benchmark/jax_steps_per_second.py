@@ -10,16 +10,13 @@ reports the time from launch to the first logged iteration (mostly compilation).
     python benchmark/jax_steps_per_second.py --env-size m --num-envs 512 --num-steps 32 --repeats 3
 """
 import argparse
-import os
-import platform
-import tempfile
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common import load_script, read_run, repeat_and_report, run_copy, run_dirs
+from common import jax_machine, load_script, repeat_and_report, update_wall_times
 
 SCRIPT = "ppo_ewma_jax"
 
@@ -51,13 +48,7 @@ def random_action_sps(module, args, scans):
 
 
 def train_sps(flags, iterations, batch):
-    with tempfile.TemporaryDirectory() as tmp:
-        launched = time.time()
-        result = run_copy(SCRIPT, [*flags, "--total-timesteps", batch * iterations, "--eval-every", 0], tmp)
-        if result.returncode:
-            raise SystemExit(f"{SCRIPT} failed:\n{result.stderr[-3000:]}")
-        scalars, _ = read_run(run_dirs(tmp)[0])
-    ends = [e.wall_time for e in scalars["charts/SPS"]]
+    ends, launched = update_wall_times(SCRIPT, [*flags, "--total-timesteps", batch * iterations, "--eval-every", 0])
     return batch / float(np.median(np.diff(ends))), ends[0] - launched
 
 
@@ -90,9 +81,8 @@ def main():
         return (f"random actions {r['raw_sps']:,.0f} steps/s, training {r['train_sps']:,.0f} steps/s, "
                 f"ratio {r['ratio']:.3f}, first iteration logged after {r['first_iteration_s']:.0f} s")
 
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.default_backend()}"
     repeat_and_report(opts, measure, describe,
-                      f"{opts.env_id} size {opts.env_size}, {opts.num_envs} envs x {opts.num_steps} steps", machine)
+                      f"{opts.env_id} size {opts.env_size}, {opts.num_envs} envs x {opts.num_steps} steps", jax_machine())
 
 if __name__ == "__main__":
     main()

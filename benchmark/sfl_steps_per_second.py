@@ -19,7 +19,6 @@ Flags after `--` go to the script.
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ import time
 
 import numpy as np
 
-from common import ROOT, load_script, read_run, repeat_and_report, run_copy, run_dirs
+from common import ROOT, jax_machine, load_script, read_run, repeat_and_report, run_dirs, update_wall_times
 
 SCRIPT = "ppo_kinetix_sfl"
 
@@ -86,12 +85,7 @@ def train_sps(opts):
         "--sfl-update-period", opts.iterations, "--sfl-num-candidates", opts.num_envs,  # one small buffer refresh
         "--sfl-buffer-size", min(1024, opts.num_envs),
     ]
-    with tempfile.TemporaryDirectory() as tmp:
-        result = run_copy(SCRIPT, flags, tmp)
-        if result.returncode:
-            raise SystemExit(f"{SCRIPT} failed:\n{result.stderr[-3000:]}")
-        scalars, _ = read_run(run_dirs(tmp)[0])
-    ends = [e.wall_time for e in scalars["charts/SPS"]]
+    ends, _ = update_wall_times(SCRIPT, flags)
     return opts.num_envs * opts.num_steps / float(np.median(np.diff(ends)))
 
 
@@ -107,7 +101,7 @@ def throughput(opts):
                 f"steps/s ({r['train_sps_per_device']:,.0f} per device), ratio {r['ratio']:.3f}")
 
     return repeat_and_report(opts, measure, describe, f"{opts.model}, size {opts.env_size}, {opts.num_envs} envs x {opts.num_steps} steps",
-                             machine())
+                             jax_machine())
 
 
 def weak_scaling(opts):
@@ -121,14 +115,14 @@ def weak_scaling(opts):
                        "--json", out.name, "--", *map(str, opts.extra)]
             subprocess.run(command, check=True, env=dict(os.environ, **forced_devices(devices)))
             rows.append(json.load(open(out.name))["median"])
-    print(f"weak scaling ({opts.model}, size {opts.env_size}, {opts.envs_per_device} envs per device x {opts.num_steps} steps, {machine()}):")
+    print(f"weak scaling ({opts.model}, size {opts.env_size}, {opts.envs_per_device} envs per device x {opts.num_steps} steps, {jax_machine()}):")
     print("| devices | envs | training steps/s | per device | random-action steps/s |")
     for r in rows:
         print(f"| {r['devices']:.0f} | {r['devices'] * opts.envs_per_device:.0f} | {r['train_sps']:,.0f} | "
               f"{r['train_sps_per_device']:,.0f} | {r['raw_sps']:,.0f} |")
     if opts.json:
         with open(opts.json, "w") as f:
-            json.dump({"options": vars(opts), "machine": machine(), "rows": rows}, f, indent=2)
+            json.dump({"options": vars(opts), "machine": jax_machine(), "rows": rows}, f, indent=2)
 
 
 def first_update(opts):
@@ -158,13 +152,7 @@ def first_update(opts):
         return f"first SFL buffer after {r['first_buffer_s']:.0f} s, first update logged after {r['first_update_s']:.0f} s"
 
     return repeat_and_report(opts, measure, describe, f"{opts.model}, size {opts.env_size}, {opts.num_envs} envs, {' '.join(map(str, opts.extra)) or 'defaults'}",
-                             machine())
-
-
-def machine():
-    import jax
-
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.default_backend()}"
+                             jax_machine())
 
 
 def main():
