@@ -3,19 +3,39 @@
     python benchmark/analyze.py grids/nenvs                      # writes grids/nenvs/analysis/
     python benchmark/analyze.py grids/nenvs --tag charts/episodic_return --final-fraction 0.1
 
-- `runs.csv`: one tidy table of every logged scalar (run, script, env, seed, every grid flag,
-  subrun, step, tag, value), read with TensorBoard's own event reader;
-- `aggregate.csv`: per config (the grid flags), the final score of every run (mean of --tag over
-  the last --final-fraction of its steps), human-normalised for Atari games (standard random and
-  human reference scores, SPEC.md), aggregated over envs x seeds with rliable: IQM, mean, median
-  and optimality gap, with 95% stratified bootstrap confidence intervals;
-- `curves.csv`: the same IQM and CI per config along training (steps binned into --points);
-- figures (PNG): aggregate learning curves with CI bands, final IQM against --x-flag, every
-  `dynamics/` tag over training, the --heatmap of two flags, charts/ddr against the best solve rate,
-  and noisy_sgd's curves; `report.md` puts the tables and figures on one page.
+The analysis streams: it reads only the tags it reports (the score, `dynamics/*`, and `charts/ddr`
+with --ddr), run by run (--jobs processes), straight from the event files' records, and keeps per
+run only its final and best score, its median DDR and its curves downsampled to --points. A run
+resumed from a checkpoint has several TensorBoard runs: each later one replaces the earlier ones'
+values from its first logged step on. A script's TensorBoard sub-runs (noisy_sgd's step sizes) are
+kept apart: each is its own config.
+
+- `scores.csv`: per run (and sub-run) its config, env, seed, final score (the mean of --tag over the
+  last --final-fraction of its steps; human-normalised for Atari games with the standard random and
+  human scores, SPEC.md), best score (the highest logged value) and median DDR;
+- `aggregate.csv`: per config (the flags that tell the grid's runs apart), over what exists:
+  `--statistic iqm` (the default for several envs): rliable's IQM, mean, median and optimality gap
+  with 95% stratified bootstrap CIs (the data-collection paper's Atari aggregates); `--statistic
+  mean` (the default for one env): the mean over seeds with a 95% Student-t CI (the stagnation
+  paper's single-task figures); a config missing a run is aggregated over the runs it has;
+- `curves.csv` and `runs.csv`: the same statistic per config along training, each config on its own
+  steps (its runs' curves interpolated onto one grid inside that config's range), and every run's
+  downsampled curves (a tidy table);
+- figures (PNG): learning curves with CI bands, the final statistic against --x-flag, the
+  `dynamics/` tags per env (mean and 95% CI over seeds), the --heatmap of two flags, DDR against the
+  best score coloured by config, all with legends in order of value; `report.md` puts the tables,
+  the number of runs per config and env, the missing and failed runs and the figures on one page.
 """
 import argparse
 import json
+import mmap
+import os
+import re
+import struct
+import sys
+import time
+from array import array
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -24,9 +44,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+import scipy.stats  # noqa: E402
 from rliable import library as rly  # noqa: E402
 from rliable import metrics  # noqa: E402
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from tensorboard.compat.proto import event_pb2  # noqa: E402
 
 # (random, human) scores of Atari games (the DQN / Agent57 tables); Atari-10 first
 ATARI_REFERENCE = {
@@ -43,7 +64,16 @@ DEFAULT_TAG = {
     "ppo_atari_envpool": "charts/episodic_return", "pqn_atari": "charts/episodic_return", "ppo_rnd": "charts/episodic_return",
     "ppo_ewma_jax": "charts/solve_rate", "ppo_kinetix_sfl": "eval/solve_rate_sampled", "noisy_sgd": "charts/neg_distance",
 }
-STATISTICS = ("iqm", "mean", "median", "optimality_gap")
+STEP_UNIT = {"noisy_sgd": "gradient steps"}  # what a script's logged step counts (default: environment steps)
+IQM_STATISTICS = ("iqm", "mean", "median", "optimality_gap")
+# Args fields never part of a config: the run's env and seed, and what cannot change results (launch.NON_IDENTITY)
+NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume"}
+DYNAMICS = "dynamics/"
+
+
+def fail(message):
+    print(f"analyze.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def game(env_id):
@@ -57,159 +87,338 @@ def human_normalised(score, env_id):
     if game(env_id) is None:
         return score
     random, human = ATARI_REFERENCE[game(env_id)]
-    return (score - random) / (human - random)
+    return (np.asarray(score) - random) / (human - random)
 
 
-def load_grid(out_dir):
-    """Every scalar of every finished run of the grid, as one tidy DataFrame."""
-    frames = []
-    for command in sorted(Path(out_dir).glob("runs/*/command.json")):
-        run_dir = command.parent
-        if not (run_dir / "done.json").exists():
-            continue
-        run = json.loads(command.read_text())
-        for events in sorted({p.parent for p in (run_dir / "runs").rglob("events.out.tfevents.*")}):
-            ea = EventAccumulator(str(events), size_guidance={"scalars": 0})
-            ea.Reload()
-            subrun = str(events.relative_to(run_dir / "runs").parent) if events.parent != run_dir / "runs" else ""
-            for tag in ea.Tags()["scalars"]:
-                rows = [(e.step, e.value) for e in ea.Scalars(tag)]
-                frame = pd.DataFrame(rows, columns=["step", "value"])
-                frame["tag"], frame["subrun"] = tag, "/".join(Path(subrun).parts[1:])
-                frame["run"], frame["script"], frame["env"], frame["seed"] = run["name"], run["script"], run["env"] or "", run["seed"]
-                for flag, value in run["flags"].items():
-                    frame[flag.lstrip("-")] = value
-                frames.append(frame)
-    if not frames:
-        raise SystemExit(f"analyze.py: error: no finished run with TensorBoard logs under {out_dir}/runs")
-    df = pd.concat(frames, ignore_index=True)
-    flags = [c for c in df.columns if c not in {"step", "value", "tag", "subrun", "run", "script", "env", "seed"}]
-    df[flags] = df[flags].fillna("default")  # a flag a run was not given: the script's default
-    return df
+# ---------------------------------------------------------------------------------------------
+# Reading: event files record by record, only the wanted tags
+# ---------------------------------------------------------------------------------------------
+def read_event_file(path, tags, prefixes=()):
+    """({tag: (steps int64 array, values float64 array)}, records scanned) of the wanted scalars of one file.
+
+    An event file is a sequence of records (8-byte length, 4-byte CRC, an Event proto, 4-byte CRC);
+    only records that contain a wanted tag's bytes are parsed. CRCs are not checked (TensorBoard's
+    reader does, in pure Python, at ~30k records/s); a truncated last record (a killed run) is dropped."""
+    keys = [t.encode() for t in tags] + [p.encode() for p in prefixes]
+    found, records = {}, 0
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return {}, 0
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            size, pos, length, parse, find = len(buf), 0, struct.Struct("<Q").unpack_from, event_pb2.Event.FromString, buf.find
+            while pos + 12 <= size:
+                (n,) = length(buf, pos)
+                start, pos = pos + 12, pos + 16 + n
+                if pos > size:
+                    break
+                records += 1
+                for key in keys:
+                    if find(key, start, start + n) != -1:
+                        break
+                else:
+                    continue
+                event = parse(buf[start:start + n])
+                for value in event.summary.value:
+                    if value.tag in tags or value.tag.startswith(prefixes):
+                        number = value.simple_value if value.HasField("simple_value") else _tensor_value(value.tensor)
+                        steps, values = found.setdefault(value.tag, (array("q"), array("d")))
+                        steps.append(event.step)
+                        values.append(number)
+    return {tag: (np.frombuffer(s, np.int64), np.frombuffer(v, np.float64)) for tag, (s, v) in found.items()}, records
 
 
-def config_columns(df):
-    """The script and every grid flag that takes more than one value: what tells configs apart."""
-    fixed = {"step", "value", "tag", "subrun", "run", "script", "env", "seed"}
-    return ["script"] + [c for c in df.columns if c not in fixed and df[c].nunique(dropna=False) > 1]
+def _tensor_value(tensor):
+    for field in ("float_val", "double_val", "int_val", "int64_val"):
+        if getattr(tensor, field):
+            return float(getattr(tensor, field)[0])
+    return float("nan")
 
 
-def config_name(key, columns):
-    key = key if isinstance(key, tuple) else (key,)
-    return " ".join(f"{c}={v}" for c, v in zip(columns, key) if c != "script") or str(key[0])
+def read_run(run_dir, tags, prefixes=()):
+    """({subrun: {tag: (steps, values)}}, records) of a run's TensorBoard runs; attempts (a run resumed from a
+    checkpoint writes a new TensorBoard run) are merged in the order they started: each replaces the earlier
+    ones' values from its first logged step on. The sub-run is the event file's directory below its TensorBoard run."""
+    attempts = {}
+    for file in Path(run_dir, "runs").rglob("events.out.tfevents.*"):
+        tb_run = file.relative_to(Path(run_dir, "runs")).parts[0]
+        started = int(file.name.split(".")[3]) if file.name.split(".")[3].isdigit() else 0
+        attempts.setdefault(tb_run, []).append((started, file))
+    merged, records = {}, 0
+    for tb_run in sorted(attempts, key=lambda r: (min(s for s, _ in attempts[r]), r)):
+        for _, file in sorted(attempts[tb_run]):
+            subrun = "/".join(file.parent.relative_to(Path(run_dir, "runs", tb_run)).parts)
+            found, n = read_event_file(file, tags, prefixes)
+            records += n
+            if not found:
+                continue
+            first = min(int(steps[0]) for steps, _ in found.values())
+            into = merged.setdefault(subrun, {})
+            for tag in set(into) | set(found):
+                old_steps, old_values = into.get(tag, (np.zeros(0, np.int64), np.zeros(0)))
+                keep = old_steps < first
+                new_steps, new_values = found.get(tag, (np.zeros(0, np.int64), np.zeros(0)))
+                into[tag] = (np.concatenate([old_steps[keep], new_steps]), np.concatenate([old_values[keep], new_values]))
+    return merged, records
 
 
-def final_scores(df, tag, fraction):
-    """Per run: the mean of `tag` over the last `fraction` of its logged steps, human-normalised for Atari."""
-    rows = df[df.tag == tag]
-    if rows.empty:
-        raise SystemExit(f"analyze.py: error: no run logged {tag!r}; pick one with --tag")
-    columns = config_columns(df)
+def downsample(steps, values, points):
+    """A curve of at most `points` points: the values themselves (mean per step) when there are few
+    steps, else the mean step and value of `points` equal-width bins of the step range."""
+    order = np.argsort(steps, kind="stable")
+    steps, values = steps[order].astype(np.float64), values[order]
+    unique, index = np.unique(steps, return_inverse=True)
+    if len(unique) <= points:
+        return unique, np.bincount(index, values) / np.bincount(index)
+    edges = np.linspace(steps[0], steps[-1], points + 1)
+    bins = np.minimum(np.searchsorted(edges, steps, side="right") - 1, points - 1)
+    count = np.bincount(bins, minlength=points)
+    used = count > 0
+    return (np.bincount(bins, steps, points)[used] / count[used], np.bincount(bins, values, points)[used] / count[used])
 
-    def last(group):
-        cut = group.step.max() - fraction * (group.step.max() - group.step.min())
-        return group[group.step >= cut].value.mean()
 
-    scores = rows.groupby(columns + ["env", "seed", "subrun"], dropna=False).apply(last, include_groups=False).rename("score").reset_index()
-    scores["normalised"] = [human_normalised(s, e) for s, e in zip(scores.score, scores.env)]
-    return scores
-
-
-def score_matrices(scores, columns):
-    """{config: (seeds, envs) matrix of normalised final scores}; rliable's task axis is the env."""
+def summarise_run(task):
+    """Everything the report needs of one run (a worker's job): per sub-run, final and best score, median DDR
+    and downsampled curves; also the number of records scanned."""
+    run_dir, tag, opts = task
+    command = json.loads(Path(run_dir, "command.json").read_text())
+    tags = {tag} | ({"charts/ddr"} if opts["ddr"] else set())
+    data, records = read_run(run_dir, tags, (DYNAMICS,) if opts["dynamics"] else ())
     out = {}
-    for key, group in scores.groupby(columns, dropna=False):
-        table = group.pivot_table(index="seed", columns=["env", "subrun"], values="normalised", dropna=False)
-        out[config_name(key, columns)] = table.dropna().to_numpy()
-    return out
+    for subrun, found in data.items():
+        if tag not in found or not len(found[tag][0]):
+            continue
+        steps, values = found[tag]
+        cut = steps.max() - opts["final_fraction"] * (steps.max() - steps.min())
+        entry = {"final": float(values[steps >= cut].mean()), "best": float(values.max()),
+                 "ddr": float(np.median(found["charts/ddr"][1])) if "charts/ddr" in found else np.nan,
+                 "last_step": int(steps.max()), "curves": {}}
+        for name, (s, v) in found.items():
+            if name == "charts/ddr":
+                continue
+            x, y = downsample(s, v, opts["points"])
+            if opts["x_unit"] == "iterations":
+                x = x / command["batch_size"]
+            entry["curves"][name] = (x, y)
+        out[subrun] = entry
+    return str(run_dir), command, out, records
 
 
-def interval_estimates(matrices, reps, seed=0):
-    """rliable's IQM, mean, median and optimality gap with 95% stratified bootstrap CIs, per config."""
-    func = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x), metrics.aggregate_median(x),
-                               metrics.aggregate_optimality_gap(x)])
-    points, cis = rly.get_interval_estimates(matrices, func, reps=reps, random_state=np.random.RandomState(seed))
+# ---------------------------------------------------------------------------------------------
+# The grid: its runs, their states and configs
+# ---------------------------------------------------------------------------------------------
+def grid_runs(out_dir):
+    """[(run directory, command, state)] of every run the grid's launches registered."""
+    found = []
+    for command in sorted(Path(out_dir).glob("runs/*/command.json")):
+        d = command.parent
+        state = next((s for s in ("done", "failed", "preempted") if (d / f"{s}.json").exists()), "not finished")
+        found.append((d, json.loads(command.read_text()), state))
+    if not found:
+        fail(f"no run registered under {out_dir}/runs (launch the grid with benchmark/launch.py first)")
+    return found
+
+
+def value_key(value):
+    """Sort key that puts 4 before 16 and numbers before text."""
+    try:
+        return (0, float(value), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(value))
+
+
+def flag_name(field):
+    return field.replace("_", "-")
+
+
+def config_columns(rows, grid_flags):
+    """The fewest columns that tell the configs apart: the grid's own flags first, then any other resolved
+    flag that varies, then the sub-run; a column that adds no distinction to those kept is left out."""
+    frame = pd.DataFrame(rows)
+    varying = [c for c in frame.columns if c not in {"run", "env", "seed"} and frame[c].astype(str).nunique() > 1]
+    ordered = [c for c in grid_flags if c in varying] + sorted(c for c in varying if c not in grid_flags and c != "subrun")
+    ordered += ["subrun"] if "subrun" in varying else []
+    kept, distinct = [], 1
+    for column in ordered:
+        n = len(frame[kept + [column]].astype(str).drop_duplicates())
+        if n > distinct:
+            kept, distinct = kept + [column], n
+    return kept
+
+
+def config_label(row, columns):
+    return " ".join(f"{c}={row[c]}" for c in columns) or "all runs"
+
+
+# ---------------------------------------------------------------------------------------------
+# Statistics
+# ---------------------------------------------------------------------------------------------
+def _ragged_metrics(groups, count=4):
+    """rliable's IQM, mean, median and optimality gap (gamma = 1) over tasks with unequal numbers of runs."""
+    flat = np.concatenate(groups)
+    if count == 1:
+        return np.array([scipy.stats.trim_mean(flat, 0.25)])
+    task_means = np.array([g.mean() for g in groups])
+    return np.array([scipy.stats.trim_mean(flat, 0.25), task_means.mean(), np.median(task_means), 1.0 - np.minimum(flat, 1.0).mean()])
+
+
+def _rliable_metrics(x):
+    return np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x), metrics.aggregate_median(x),
+                     metrics.aggregate_optimality_gap(x)])
+
+
+def _rliable_iqm(x):
+    return np.array([metrics.aggregate_iqm(x)])
+
+
+def iqm_estimates(groups, reps, seed=0, count=4):
+    """(point estimates, 2 x 4 CI) of IQM, mean, median and optimality gap over `groups` (one array of run
+    scores per task) with 95% stratified bootstrap CIs (runs resampled within each task).
+
+    Complete data (every task with the same number of runs) goes through rliable itself; its resampling
+    draws from NumPy's global generator, which is seeded here and restored after, so the same data and seed
+    give the same CIs. Ragged data (a missing run) is resampled the same way here, on the runs each task has.
+    count=1: the IQM alone (the learning curves)."""
+    groups = [np.asarray(g, np.float64) for g in groups if len(g)]
+    if len({len(g) for g in groups}) == 1:
+        saved = np.random.get_state()
+        np.random.seed(seed)
+        try:
+            func = _rliable_metrics if count == 4 else _rliable_iqm
+            points, cis = rly.get_interval_estimates({"x": np.stack(groups, axis=1)}, func, reps=reps)
+        finally:
+            np.random.set_state(saved)
+        return points["x"], cis["x"]
+    rng = np.random.default_rng(seed)
+    boot = np.array([_ragged_metrics([g[rng.integers(len(g), size=len(g))] for g in groups], count) for _ in range(reps)])
+    return _ragged_metrics(groups, count), np.percentile(boot, [2.5, 97.5], axis=0)
+
+
+def mean_estimate(values):
+    """(mean, low, high): the mean with a 95% Student-t CI (NaN bounds for one value)."""
+    values = np.asarray(values, np.float64)
+    mean = values.mean()
+    if len(values) < 2:
+        return mean, np.nan, np.nan
+    half = scipy.stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / np.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def estimate(frame, value, statistic, reps, seed=0, only=False):
+    """{column: number} of `statistic` over the runs in `frame` (columns env, seed and `value`); only=True: the
+    IQM alone, without the mean, median and optimality gap."""
+    if statistic == "iqm":
+        groups = [g[value].to_numpy() for _, g in frame.groupby("env", sort=True)]
+        points, cis = iqm_estimates(groups, reps, seed, count=1 if only else 4)
+        out = {}
+        for i, name in enumerate(IQM_STATISTICS[:len(points)]):
+            out[name], out[f"{name}_low"], out[f"{name}_high"] = points[i], cis[0, i], cis[1, i]
+        return out
+    per_seed = frame.groupby("seed")[value].mean()  # one env: the seeds' scores; several: each seed's mean over envs
+    mean, low, high = mean_estimate(per_seed.to_numpy())
+    return {"mean": mean, "mean_low": low, "mean_high": high}
+
+
+def aggregate(scores, columns, statistic, reps, seed=0):
     rows = []
-    for name in matrices:
-        row = {"config": name, "runs": matrices[name].size}
-        for i, stat in enumerate(STATISTICS):
-            row[stat], row[f"{stat}_low"], row[f"{stat}_high"] = points[name][i], cis[name][0, i], cis[name][1, i]
-        rows.append(row)
+    for key, group in scores.groupby("config", sort=False):
+        row = {"config": key, **{c: group[c].iloc[0] for c in columns}, "runs": len(group), "envs": group.env.nunique()}
+        rows.append({**row, **estimate(group, "normalised", statistic, reps, seed)})
     return pd.DataFrame(rows)
 
 
-def learning_curves(df, tag, points, reps):
-    """IQM (and CI) per config at `points` evenly spaced fractions of training."""
-    rows = df[df.tag == tag].copy()
-    columns = config_columns(df)
-    span = rows.groupby("run").step.transform(lambda s: (s - s.min()) / max(s.max() - s.min(), 1))
-    rows["bin"] = np.minimum((span * points).astype(int), points - 1)
-    rows["normalised"] = [human_normalised(v, e) for v, e in zip(rows.value, rows.env)]
-    binned = rows.groupby(columns + ["env", "seed", "subrun", "bin"], dropna=False).agg(
-        normalised=("normalised", "mean"), step=("step", "mean")).reset_index()
+def config_curves(runs_frame, tag, statistic, points, reps):
+    """The statistic per config along training: each run's curve interpolated onto one grid of `points` inside
+    the config's range (the runs' own steps when they all share them)."""
     out = []
-    for b in range(points):
-        at = binned[binned.bin == b]
-        if at.empty:
-            continue
-        estimates = interval_estimates(score_matrices(at, columns), reps)
-        estimates["bin"], estimates["step"] = b, at.step.median()
-        out.append(estimates)
-    return pd.concat(out, ignore_index=True)
+    for config, group in runs_frame[runs_frame.tag == tag].groupby("config", sort=False):
+        curves = [c for _, c in group.groupby(["run", "subrun"])]
+        xs = [c.x.to_numpy() for c in curves]
+        if all(len(x) == len(xs[0]) and np.array_equal(x, xs[0]) for x in xs):
+            grid = xs[0]
+        else:
+            grid = np.linspace(max(x.min() for x in xs), min(x.max() for x in xs), points)
+        values = np.stack([np.interp(grid, c.x.to_numpy(), c.normalised.to_numpy()) for c in curves])  # runs x points
+        envs, seeds = np.array([c.env.iloc[0] for c in curves]), np.array([c.seed.iloc[0] for c in curves])
+        if statistic == "mean":  # each seed's mean over envs, then mean and Student-t CI over seeds (vectorised)
+            per_seed = np.stack([values[seeds == s].mean(axis=0) for s in np.unique(seeds)])
+            mean, n = per_seed.mean(axis=0), len(per_seed)
+            half = scipy.stats.t.ppf(0.975, n - 1) * per_seed.std(axis=0, ddof=1) / np.sqrt(n) if n > 1 else np.full_like(mean, np.nan)
+            out += [{"config": config, "x": x, "mean": m, "mean_low": m - h, "mean_high": m + h} for x, m, h in zip(grid, mean, half)]
+        else:
+            for i, x in enumerate(grid):
+                point, ci = iqm_estimates([values[envs == e, i] for e in np.unique(envs)], reps, count=1)
+                out.append({"config": config, "x": x, "iqm": point[0], "iqm_low": ci[0, 0], "iqm_high": ci[1, 0]})
+    return pd.DataFrame(out)
 
 
 # ---------------------------------------------------------------------------------------------
 # Figures
 # ---------------------------------------------------------------------------------------------
-def plot_curves(curves, ylabel, path):
+def save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_curves(curves, order, statistic, ylabel, xlabel, path):
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for name, c in curves.groupby("config", sort=False):
-        ax.plot(c.step, c.iqm, label=name)
-        ax.fill_between(c.step, c.iqm_low, c.iqm_high, alpha=0.2)
-    ax.set(xlabel="environment steps", ylabel=f"IQM {ylabel}")
+    for config in order:
+        c = curves[curves.config == config]
+        if c.empty:
+            continue
+        ax.plot(c.x, c[statistic], label=config)
+        ax.fill_between(c.x, c[f"{statistic}_low"], c[f"{statistic}_high"], alpha=0.2)
+    ax.set(xlabel=xlabel, ylabel=f"{statistic.upper() if statistic == 'iqm' else statistic} {ylabel}")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)
 
 
-def plot_against_flag(scores, columns, x_flag, reps, ylabel, path):
-    """Final IQM (and CI) against one grid flag, one line per combination of the other flags."""
+def plot_against_flag(scores, columns, x_flag, statistic, reps, ylabel, path):
+    """The final statistic (and CI) against one grid flag, one line per combination of the other columns."""
     others = [c for c in columns if c != x_flag]
+    labels = sorted(scores[x_flag].unique(), key=value_key)
+    numeric = all(value_key(v)[0] == 0 for v in labels)
     fig, ax = plt.subplots(figsize=(6, 4))
-    for key, group in scores.groupby(others, dropna=False):
-        estimates = interval_estimates(score_matrices(group, [x_flag]), reps)
-        x = [float(str(n).split("=")[-1]) for n in estimates.config]
-        order = np.argsort(x)
-        ax.errorbar(np.array(x)[order], estimates.iqm.to_numpy()[order], fmt="o-", capsize=3,
-                    yerr=[(estimates.iqm - estimates.iqm_low).to_numpy()[order], (estimates.iqm_high - estimates.iqm).to_numpy()[order]],
-                    label=config_name(key, others))
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel=x_flag, ylabel=f"final IQM {ylabel}")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    groups = scores.groupby(others, sort=False) if others else [((), scores)]
+    for key, group in sorted(groups, key=lambda kv: tuple(map(value_key, kv[0] if isinstance(kv[0], tuple) else (kv[0],)))):
+        points = sorted(((x, estimate(g, "normalised", statistic, reps)) for x, g in group.groupby(x_flag)), key=lambda p: value_key(p[0]))
+        x = [value_key(p[0])[1] if numeric else labels.index(p[0]) for p in points]
+        y = np.array([p[1][statistic] for p in points])
+        err = np.array([[p[1][statistic] - p[1][f"{statistic}_low"], p[1][f"{statistic}_high"] - p[1][statistic]] for p in points]).T
+        key = key if isinstance(key, tuple) else (key,)
+        ax.errorbar(x, y, yerr=np.nan_to_num(err), fmt="o-", capsize=3, label=" ".join(f"{c}={v}" for c, v in zip(others, key)) or None)
+    if numeric and all(value_key(v)[1] > 0 for v in labels):
+        ax.set_xscale("log", base=2)
+    elif not numeric:
+        ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=7)
+    ax.set(xlabel=x_flag, ylabel=f"final {statistic} {ylabel}")
+    if others:
+        ax.legend(fontsize=7)
+    save(fig, path)
 
 
-def plot_dynamics(df, path):
-    tags = sorted(t for t in df.tag.unique() if t.startswith("dynamics/"))
-    columns = config_columns(df)
-    fig, axes = plt.subplots(1, len(tags), figsize=(3.5 * len(tags), 3.2), squeeze=False)
+def plot_dynamics(runs_frame, env, order, xlabel, path):
+    """Every dynamics/ tag of one env over training: mean and 95% CI over seeds, per config."""
+    rows = runs_frame[(runs_frame.env == env) & runs_frame.tag.str.startswith(DYNAMICS)]
+    tags = sorted(rows.tag.unique())
+    fig, axes = plt.subplots(1, len(tags), figsize=(3.6 * len(tags), 3.3), squeeze=False)
     for ax, tag in zip(axes[0], tags):
-        for key, group in df[df.tag == tag].groupby(columns, dropna=False):
-            mean = group.groupby("step").value.mean()
-            ax.plot(mean.index, mean.values, label=config_name(key, columns))
-        ax.set(title=tag, xlabel="steps")
+        curves = config_curves(rows, tag, "mean", 20, 0)
+        for config in order:
+            c = curves[curves.config == config] if not curves.empty else curves
+            if c.empty:
+                continue
+            ax.plot(c.x, c["mean"], label=config)
+            ax.fill_between(c.x, c.mean_low, c.mean_high, alpha=0.2)
+        ax.set(title=tag, xlabel=xlabel)
     axes[0][0].legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    fig.suptitle(env or "default env")
+    save(fig, path)
 
 
 def plot_heatmap(scores, rows_flag, cols_flag, ylabel, path):
     table = scores.pivot_table(index=rows_flag, columns=cols_flag, values="normalised", aggfunc="mean")
-    table = table.sort_index(key=lambda s: s.astype(float)).sort_index(axis=1, key=lambda s: s.astype(float))
+    table = table.sort_index(key=lambda s: s.map(value_key)).sort_index(axis=1, key=lambda s: s.map(value_key))
     fig, ax = plt.subplots(figsize=(1.2 * table.shape[1] + 2, 0.8 * table.shape[0] + 1.5))
     image = ax.imshow(table.to_numpy(), cmap="viridis", aspect="auto")
     ax.set(xticks=range(table.shape[1]), xticklabels=table.columns, yticks=range(table.shape[0]), yticklabels=table.index,
@@ -217,97 +426,168 @@ def plot_heatmap(scores, rows_flag, cols_flag, ylabel, path):
     for (i, j), v in np.ndenumerate(table.to_numpy()):
         ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
     fig.colorbar(image)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)
 
 
-def plot_ddr(df, tag, path):
-    """Each run's median Data-to-Divergence Ratio against its best value of `tag` (stagnation Fig. 8)."""
-    ddr = df[df.tag == "charts/ddr"].groupby("run").value.median()
-    best = df[df.tag == tag].groupby("run").value.max()
-    both = pd.concat([ddr.rename("ddr"), best.rename("best")], axis=1).dropna()
-    fig, ax = plt.subplots(figsize=(5, 4))
-    ax.scatter(both.ddr, both.best)
+def plot_ddr(scores, order, tag, path):
+    """Each run's median Data-to-Divergence Ratio against its best value of `tag` (stagnation Fig. 8),
+    coloured by config."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for config in order:
+        s = scores[(scores.config == config) & scores.ddr.notna()]
+        if len(s):
+            ax.scatter(s.ddr, s.best, label=config, s=18)
     ax.set_xscale("log")
-    ax.set(xlabel="median DDR (batch / KL)", ylabel=f"max {tag}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_noisy_sgd(df, path):
-    rows = df[(df.script == "noisy_sgd") & (df.tag == "charts/neg_distance")]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for subrun, group in rows.groupby("subrun"):
-        mean = group.groupby("step").value.mean()
-        ax.plot(mean.index, mean.values, label=subrun)
-    ax.set(xlabel="gradient steps", ylabel="-||x - x*||")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    ax.set(xlabel="median DDR (transitions per unit KL)", ylabel=f"best {tag}")
+    ax.legend(fontsize=6, ncol=2)
+    save(fig, path)
 
 
 def markdown_table(frame):
-    header = "| " + " | ".join(frame.columns) + " |\n|" + "---|" * len(frame.columns) + "\n"
+    header = "| " + " | ".join(map(str, frame.columns)) + " |\n|" + "---|" * len(frame.columns) + "\n"
     fmt = lambda v: f"{v:.3g}" if isinstance(v, (float, np.floating)) else str(v)
     return header + "".join("| " + " | ".join(fmt(v) for v in row) + " |\n" for row in frame.itertuples(index=False))
 
 
-def main(argv=None):
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dir", help="a grid's --out-dir")
     parser.add_argument("--tag", help="the score (default: the script's: episodic return, solve rate, ...)")
+    parser.add_argument("--statistic", choices=["auto", "iqm", "mean"], default="auto",
+                        help="iqm: rliable IQM with stratified bootstrap CIs; mean: mean and Student-t CI over seeds; auto: iqm for several envs, else mean")
     parser.add_argument("--final-fraction", type=float, default=0.1, help="last share of training averaged as the final score")
-    parser.add_argument("--points", type=int, default=20, help="points along the learning curves")
-    parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples")
+    parser.add_argument("--points", type=int, default=50, help="points along the learning curves")
+    parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (curves use a tenth, at least 100)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     parser.add_argument("--x-flag", default="num-envs", help="grid flag on the x axis of the final-score plot")
+    parser.add_argument("--x-unit", choices=["steps", "iterations"], default="steps",
+                        help="x of the curves: logged steps, or iterations (policy updates: steps / batch)")
     parser.add_argument("--heatmap", nargs=2, metavar=("ROWS", "COLS"), default=["ewma-com", "clip-coef"])
-    parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="of the tidy table")
+    parser.add_argument("--ddr", action="store_true", help="read charts/ddr and plot the median DDR against the best score")
+    parser.add_argument("--no-dynamics", action="store_true", help="skip the dynamics/ tags")
+    parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 8), help="processes reading runs")
+    parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="of the tidy tables")
+    return parser
+
+
+def main(argv=None):
+    parser = build_parser()
     opts = parser.parse_args(argv)
     if not 0 < opts.final_fraction <= 1:
-        parser.error("--final-fraction must lie in (0, 1]")
-    df = load_grid(opts.out_dir)
+        fail(f"--final-fraction must lie in (0, 1] (got {opts.final_fraction})")
+    for flag in ("points", "reps", "jobs"):
+        if getattr(opts, flag) <= 0:
+            fail(f"--{flag} must be positive (got {getattr(opts, flag)})")
+    started = time.time()
+    registered = grid_runs(opts.out_dir)
+    done = [(d, c) for d, c, state in registered if state == "done"]
+    if not done:
+        fail(f"no finished run under {opts.out_dir}/runs ({len(registered)} registered)")
+    scripts = {c["script"] for _, c in done}
+    tag = opts.tag or DEFAULT_TAG.get(sorted(scripts)[0], "charts/episodic_return")
+    if opts.x_unit == "iterations" and any("batch_size" not in c for _, c in done):
+        fail("--x-unit iterations needs runs whose script has a batch (num-envs x num-steps)")
+    reading = {"ddr": opts.ddr, "dynamics": not opts.no_dynamics, "final_fraction": opts.final_fraction,
+               "points": opts.points, "x_unit": opts.x_unit}
+    tasks = [(d, tag, reading) for d, _ in done]
+    if opts.jobs > 1 and len(tasks) > 1:
+        with ProcessPoolExecutor(opts.jobs) as pool:
+            summaries = list(pool.map(summarise_run, tasks, chunksize=1))
+    else:
+        summaries = [summarise_run(t) for t in tasks]
+    records = sum(s[3] for s in summaries)
+    read_seconds = time.time() - started
+
+    # one row per run (and sub-run): identity, every resolved flag that varies, scores
+    rows, curve_rows, silent = [], [], []
+    for run_dir, command, subruns, _ in summaries:
+        if not subruns:
+            silent.append(command["name"])
+        for subrun, entry in subruns.items():
+            flags = {flag_name(k): json.dumps(v) if isinstance(v, (list, dict)) else v
+                     for k, v in command["resolved"].items() if k not in NOT_CONFIG and k != command["env_field"]}
+            flags.update({"script": command["script"], "subrun": subrun})
+            rows.append({"run": command["name"], "env": command["env"], "seed": command["seed"], **flags,
+                         "final": entry["final"], "best": entry["best"], "ddr": entry["ddr"]})
+            for name, (x, y) in entry["curves"].items():
+                curve_rows.append((command["name"], subrun, name, x, y))
+    if not rows:
+        fail(f"no finished run logged {tag!r}; pick one with --tag")
+    scores = pd.DataFrame(rows)
+    grid_flags = [flag_name(f.lstrip("-")) for _, c in done for f in c.get("flags", {})]
+    columns = config_columns(scores.drop(columns=["final", "best", "ddr"]), list(dict.fromkeys(grid_flags)))
+    for c in columns:
+        scores[c] = scores[c].astype(str)
+    combos = sorted(scores[columns].drop_duplicates().to_dict("records"), key=lambda r: tuple(value_key(r[c]) for c in columns))
+    order = [config_label(r, columns) for r in combos]
+    scores["config"] = [config_label(r, columns) for r in scores.to_dict("records")]
+    scores["normalised"] = [float(human_normalised(s, e)) for s, e in zip(scores.final, scores.env)]
+    statistic = opts.statistic if opts.statistic != "auto" else ("iqm" if scores.env.nunique() > 1 else "mean")
+
+    meta = scores.set_index(["run", "subrun"])[["config", "env", "seed"]]
+    runs_frame = pd.DataFrame(
+        [{"run": r, "subrun": s, "tag": t, "x": xi, "value": yi} for r, s, t, x, y in curve_rows for xi, yi in zip(x, y)])
+    runs_frame = runs_frame.join(meta, on=["run", "subrun"])
+    runs_frame["normalised"] = runs_frame.value
+    for env, at in runs_frame[runs_frame.tag == tag].groupby("env"):
+        runs_frame.loc[at.index, "normalised"] = human_normalised(at.value.to_numpy(), env)
+
     out = Path(opts.out_dir) / "analysis"
     out.mkdir(exist_ok=True)
-    df.to_csv(out / "runs.csv", index=False) if opts.format == "csv" else df.to_parquet(out / "runs.parquet")
-    tag = opts.tag or DEFAULT_TAG.get(df.script.iloc[0], "charts/episodic_return")
-    ylabel = "human-normalised score" if df.env.map(game).notna().any() and "return" in tag else tag
-    columns = config_columns(df)
-    scores = final_scores(df, tag, opts.final_fraction)
-    aggregate = interval_estimates(score_matrices(scores, columns), opts.reps)
-    aggregate.to_csv(out / "aggregate.csv", index=False)
-    curves = learning_curves(df, tag, opts.points, max(opts.reps // 10, 100))
+    write = (lambda f, name: f.to_csv(out / f"{name}.csv", index=False)) if opts.format == "csv" else (lambda f, name: f.to_parquet(out / f"{name}.parquet"))
+    write(scores, "scores")
+    write(runs_frame, "runs")
+    table = aggregate(scores, columns, statistic, opts.reps, opts.seed)
+    table["order"] = table.config.map({c: i for i, c in enumerate(order)})
+    table = table.sort_values("order").drop(columns="order")
+    table.to_csv(out / "aggregate.csv", index=False)
+    curves = config_curves(runs_frame, tag, statistic, opts.points, max(opts.reps // 10, 100))
     curves.to_csv(out / "curves.csv", index=False)
 
-    figures = {"learning curves (IQM, 95% CI)": "curves.png"}
-    plot_curves(curves, ylabel, out / "curves.png")
-    if opts.x_flag in columns and scores[opts.x_flag].nunique() > 1:
-        plot_against_flag(scores, columns, opts.x_flag, opts.reps, ylabel, out / "final_vs_flag.png")
-        figures[f"final IQM against {opts.x_flag}"] = "final_vs_flag.png"
-    if any(df.tag.str.startswith("dynamics/")):
-        plot_dynamics(df, out / "dynamics.png")
-        figures["learning dynamics"] = "dynamics.png"
-    if all(f in columns for f in opts.heatmap):
+    unit = "iterations (policy updates)" if opts.x_unit == "iterations" else STEP_UNIT.get(sorted(scripts)[0], "environment steps")
+    normalised = any(game(e) for e in scores.env) and "return" in tag
+    ylabel = "human-normalised score" if normalised else tag
+    figures = {f"learning curves ({statistic}, 95% CI)": "curves.png"}
+    plot_curves(curves, order, statistic, ylabel, unit, out / "curves.png")
+    if opts.x_flag in columns:
+        plot_against_flag(scores, columns, opts.x_flag, statistic, opts.reps, ylabel, out / "final_vs_flag.png")
+        figures[f"final {statistic} against {opts.x_flag}"] = "final_vs_flag.png"
+    if runs_frame.tag.str.startswith(DYNAMICS).any():
+        for env in sorted(runs_frame[runs_frame.tag.str.startswith(DYNAMICS)].env.unique()):
+            name = f"dynamics_{re.sub(r'[^A-Za-z0-9.-]', '-', env or 'default')}.png"
+            plot_dynamics(runs_frame, env, order, unit, out / name)
+            figures[f"learning dynamics, {env or 'default env'} (mean, 95% CI over seeds)"] = name
+    if all(f in scores.columns and scores[f].astype(str).nunique() > 1 for f in opts.heatmap):
         plot_heatmap(scores, *opts.heatmap, ylabel, out / "heatmap.png")
         figures[f"{opts.heatmap[0]} x {opts.heatmap[1]}"] = "heatmap.png"
-    if "charts/ddr" in set(df.tag):
-        plot_ddr(df, tag, out / "ddr.png")
+    if opts.ddr and scores.ddr.notna().any():
+        plot_ddr(scores, order, tag, out / "ddr.png")
         figures["DDR against the best score"] = "ddr.png"
-    if "noisy_sgd" in set(df.script):
-        plot_noisy_sgd(df, out / "noisy_sgd.png")
-        figures["noisy SGD"] = "noisy_sgd.png"
 
-    shown = aggregate[["config", "runs"] + [c for s in STATISTICS for c in (s, f"{s}_low", f"{s}_high")]]
+    counts = scores.pivot_table(index="config", columns="env", values="seed", aggfunc="count", fill_value=0)
+    counts = counts.reindex([c for c in order if c in counts.index]).reset_index()
+    unfinished = [(c["name"], state, (d / "stdout.log")) for d, c, state in registered if state != "done"]
+    how = ("rliable IQM, mean, median and optimality gap over envs x seeds, 95% stratified bootstrap CIs"
+           if statistic == "iqm" else "mean over seeds, 95% Student-t CI")
+    shown = table.drop(columns=[c for c in columns], errors="ignore")
     report = [f"# {Path(opts.out_dir).resolve().name}\n",
-              f"{df.run.nunique()} finished runs; final score = mean of `{tag}` over the last "
-              f"{opts.final_fraction:.0%} of training ({ylabel}); 95% stratified bootstrap CIs, {opts.reps} resamples.\n",
-              markdown_table(shown)]
+              f"{len(done)} finished runs of {len(registered)} registered; final score = mean of `{tag}` over the last "
+              f"{opts.final_fraction:.0%} of training ({ylabel}); {how}, {opts.reps} resamples, seed {opts.seed}.\n",
+              markdown_table(shown),
+              "\n## Runs per config and env\n", markdown_table(counts)]
+    if unfinished or silent:
+        report += ["\n## Missing and failed runs\n", "| run | state | log |\n|---|---|---|\n"
+                   + "".join(f"| {n} | {s} | {log} |\n" for n, s, log in unfinished)
+                   + "".join(f"| {n} | finished without logging `{tag}` | |\n" for n in silent)]
     report += [f"\n## {title}\n\n![{title}]({file})\n" for title, file in figures.items()]
     (out / "report.md").write_text("\n".join(report))
-    print(f"wrote {out}/report.md, aggregate.csv, curves.csv, runs.{opts.format} and {len(figures)} figures")
-    return aggregate
+    print(f"read {records} records of {len(done)} runs in {read_seconds:.1f} s ({records / max(read_seconds, 1e-9):,.0f} records/s); "
+          f"wrote {out}/report.md, aggregate.csv, curves.csv, scores and runs tables and {len(figures)} figures"
+          + (f"; {len(unfinished)} runs not finished (listed in report.md)" if unfinished else ""))
+    return table
 
 
 if __name__ == "__main__":

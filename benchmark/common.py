@@ -21,6 +21,7 @@ def load_script(name):
     """Import cleanrl_scale/<name>.py as a module (its training only runs under __main__)."""
     spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(name, module)  # tyro reads the Args docstrings through inspect, which needs it
     spec.loader.exec_module(module)
     return module
 

@@ -1,53 +1,94 @@
 """Launch a grid of runs of any cleanrl_scale script, locally or on Slurm, idempotently.
 
 The grid is env ids x seeds x the cartesian product of the flag values given after `--` (a flag
-with one value goes to every run):
+with one value, or a switch, goes to every run; `--flag=value` is a value too):
 
     python benchmark/launch.py --script ppo_atari_envpool --env-ids Breakout-v5 Pong-v5 --seeds 1 2 3 \\
         --total-timesteps 10000000 --fixed-budget --workers 2 --out-dir grids/nenvs \\
         -- --num-envs 1 2 4 8 16 32 64 --num-steps 128
 
-Every run gets its own directory `<out-dir>/runs/<run>/` (the script runs there, so its
-TensorBoard files land in `<out-dir>/runs/<run>/runs/`), with `command.json` (the script, env,
-seed and flags), `stdout.log` and, once it exits 0, `done.json`. A re-launch skips the runs that
-have `done.json`; a failed run is retried up to --retries times and reported with its exit
-status and log. A summary table ends every launch.
+Run identity. Every run's command is parsed with the script's own `Args` (tyro) and checked with its
+own `resolve_args` before anything runs: a bad flag stops the launch with one line and exit status 2.
+A run's identity is the canonical form of its fully resolved command -- every field of `Args`
+(defaults filled in, the budget included), sorted -- less the fields that cannot change what is
+learned (NON_IDENTITY). Its directory name is a readable part (script, env, the grid's flags, seed)
+and a short hash of that identity, so `--num-steps 128` given or left at its default, or flags given
+in another order, are the same run, and a pilot at another budget is another run.
 
---fixed-budget gives every run --total-timesteps (data-collection §4.2: N_envs and rollout length
-vary at a fixed budget); without it, every run gets --iterations x num-envs x num-steps steps, so
-the budget grows with the batch.
+Run store. Runs live in `--store` (default `<out-dir>/runs`), one directory per identity with its
+`command.json`, `stdout.log` (earlier attempts: `stdout.log.1`, ...), the script's TensorBoard runs
+under `runs/` and `done.json` or `failed.json`; `<out-dir>/runs/<run>` links to it. Runners share one
+store, so a run that belongs to several figures runs once. Membership is recorded before anything
+runs, so the analysis can list what is missing.
+
+Failures. A run holds a lock (`filelock`) while it runs: a second launcher skips it ("busy") and a
+finished run is skipped. A failed run is retried up to --retries times; exit status 2 (bad input) is
+never retried. A retry of a script that checkpoints (`--save-every`, `--resume`) resumes from the
+newest checkpoint the failed attempt left; exit status 75 (EX_TEMPFAIL: the run was preempted and
+checkpointed) leaves the run for the next launch (locally) or requeues it (Slurm, through
+submitit's checkpointing).
+
+Budgets. --fixed-budget gives every run --total-timesteps (data-collection §4.2: N_envs and
+rollout length vary at a fixed budget); --iterations I gives each run I x batch steps (the batch as
+the script resolves it, recipes and presets included; noisy_sgd: I gradient steps).
 
 Local runs (--workers K) each get a 1/K share of the CPUs (affinity and thread-count variables)
-and, when CUDA_VISIBLE_DEVICES lists GPUs, one of them. --slurm submits the same runs as a Slurm
-job array through submitit (--slurm-* flags); --slurm-cluster debug/local runs that path here.
+and, when CUDA_VISIBLE_DEVICES lists GPUs, one of them. --slurm submits the runs as a Slurm job
+array through submitit (--slurm-* flags; --no-wait returns once submitted); --slurm-cluster
+debug/local runs that path here.
 """
 import argparse
+import contextlib
+import copy
+import dataclasses
+import functools
+import hashlib
+import inspect
+import io
 import itertools
 import json
 import os
-import shutil
+import re
+import signal
 import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
+
+import submitit
+import tyro
+from filelock import FileLock, Timeout
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "cleanrl_scale"
+sys.path.insert(0, str(ROOT))
+from benchmark.common import load_script  # noqa: E402
+
+# Args fields that cannot change what a run learns: left out of its identity
+NON_IDENTITY = ("save_every", "track", "wandb_project_name", "wandb_entity")
+BAD_INPUT, REQUEUE = 2, 75  # the scripts' exit status for bad flags; "preempted, checkpointed: requeue me"
+NAME_LIMIT = 160  # characters of the readable part of a run's name (file names stop at 255)
+
+
+def fail(message):
+    """Bad input to the launcher: one line, exit status 2, nothing run."""
+    print(f"launch.py: error: {message}", file=sys.stderr)
+    raise SystemExit(BAD_INPUT)
 
 
 def parse_grid(tokens):
-    """['--num-envs', '1', '2', '--num-steps', '128'] -> {'--num-envs': ['1', '2'], '--num-steps': ['128']};
-    a flag followed by no value is a switch, kept as is."""
+    """['--num-envs', '1', '2', '--lr=3e-4', '--anneal-lr'] -> {'--num-envs': ['1', '2'], '--lr': ['3e-4'], '--anneal-lr': []}."""
     grid, flag = {}, None
     for token in tokens:
         if token.startswith("--") and not _is_number(token):
-            flag = token
-            grid[flag] = []
+            flag, _, value = token.partition("=")
+            if flag in grid:
+                fail(f"grid flag {flag} is given twice")
+            grid[flag] = [value] if value else []
         elif flag is None:
-            raise SystemExit(f"launch.py: error: grid value {token!r} comes before any flag")
+            fail(f"grid value {token!r} comes before any flag")
         else:
             grid[flag].append(token)
     return grid
@@ -61,79 +102,272 @@ def _is_number(token):
         return False
 
 
-def script_defaults(script):
-    """The script's own default of every flag (its tyro dataclass), by flag name."""
-    sys.path.insert(0, str(ROOT))
-    from benchmark.common import load_script
+@functools.lru_cache(maxsize=None)
+def script_module(script):
+    return load_script(script)
 
-    args = load_script(script).Args()
-    return {f"--{k.replace('_', '-')}": v for k, v in vars(args).items()}
+
+def field_of(flag):
+    return flag[2:].replace("-", "_")
+
+
+def check_flags(script, flags):
+    """Every grid flag names a field of the script's Args (`--no-x` for a switch x)."""
+    fields = {f.name: f for f in dataclasses.fields(script_module(script).Args)}
+    for flag in flags:
+        name = field_of(flag)
+        if name not in fields and not (name.startswith("no_") and name[3:] in fields):
+            fail(f"{flag}: {script}.py has no such flag")
+
+
+def parse_args(script, argv):
+    """The script's Args for `argv`, parsed by tyro exactly as the script would; fail() with tyro's reason."""
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
+            return tyro.cli(script_module(script).Args, args=argv)
+    except SystemExit:
+        text = out.getvalue().split("Argument helptext")[0].split("For full helptext")[0]
+        reason = " ".join(w for w in text.replace("│", " ").split() if set(w) - set("-─╭╮╰╯"))
+        fail(f"{script}.py rejects `{' '.join(argv)}`: {reason}")
+
+
+def resolved_copy(script, args):
+    """A copy of `args` through the script's own resolve_args (its bad-input rules); fail() with its message."""
+    module = script_module(script)
+    probe = copy.deepcopy(args)
+    try:
+        if "num_devices" in inspect.signature(module.resolve_args).parameters:
+            module.resolve_args(probe, num_devices=1)  # the device count of the machine that runs it is not known here
+        else:
+            module.resolve_args(probe)
+    except module.BadFlag as e:
+        fail(f"{script}.py: {e}")
+    return probe
+
+
+def identity(script, args):
+    """(canonical JSON, short hash) of a run: the script and every resolved field of Args but NON_IDENTITY."""
+    fields = {k: v for k, v in sorted(dataclasses.asdict(args).items()) if k not in NON_IDENTITY}
+    canonical = json.dumps({"script": script, "args": fields}, sort_keys=True, default=str)
+    return canonical, hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+def readable(text):
+    return re.sub(r"[^A-Za-z0-9.=+_-]", "-", str(text))
 
 
 def expand(opts, grid):
-    """Every run of the grid: a dict with its name, env, seed and full flag list."""
-    defaults = script_defaults(opts.script) if not opts.fixed_budget and opts.iterations else {}
+    """Every run of the grid: a dict with its name, identity, env, seed, grid flags, argv and resolved Args."""
+    check_flags(opts.script, list(grid) + [opts.env_flag] * bool(opts.env_ids))
+    fields = {f.name for f in dataclasses.fields(script_module(opts.script).Args)}
+    if (opts.fixed_budget or opts.iterations) and "total_timesteps" not in fields and opts.script != "noisy_sgd":
+        fail(f"--fixed-budget/--iterations: {opts.script}.py has no --total-timesteps")
+    if opts.fixed_budget and "total_timesteps" not in fields:
+        fail(f"--fixed-budget: {opts.script}.py has no --total-timesteps; use --iterations (its gradient steps)")
     switches = [f for f, values in grid.items() if not values]
     valued = {f: values for f, values in grid.items() if values}
-    runs = []
-    for env_id, seed, values in itertools.product(opts.env_ids or [None], opts.seeds, itertools.product(*valued.values())):
+    switch_fields = {f.name for f in dataclasses.fields(script_module(opts.script).Args) if f.type in (bool, "bool")}
+    runs, parsed = [], {}
+    for values in itertools.product(*valued.values()):
         flags = dict(zip(valued, values))
-        argv = [x for f, v in flags.items() for x in (f, v)] + switches
+        argv = [x for f, v in flags.items() for x in as_argv(f, v, switch_fields)] + switches
+        args = parse_args(opts.script, argv)
         if opts.fixed_budget:
-            argv += ["--total-timesteps", str(opts.total_timesteps)]
+            args.total_timesteps = opts.total_timesteps
+        elif opts.iterations and "total_timesteps" in fields:
+            probe = copy.deepcopy(args)
+            probe.total_timesteps = 2**62  # any budget of at least one batch: only the batch size is read
+            args.total_timesteps = opts.iterations * resolved_copy(opts.script, probe).batch_size
         elif opts.iterations:
-            batch = int(flags.get("--num-envs", defaults.get("--num-envs"))) * int(flags.get("--num-steps", defaults.get("--num-steps")))
-            argv += ["--total-timesteps", str(opts.iterations * batch)]
-        if env_id is not None:
-            argv = [opts.env_flag, env_id] + argv
-        argv += ["--seed", str(seed)]
-        recorded = {**flags, **{switch: "on" for switch in switches}}
-        label = "__".join(f"{f.lstrip('-')}={v}" for f, v in recorded.items()) or "default"
-        name = "__".join(x for x in (opts.script, env_id and env_id.replace("/", "-"), label, f"s{seed}") if x)
-        runs.append({"name": name, "script": opts.script, "env": env_id, "seed": seed, "flags": recorded, "argv": argv})
+            args.num_steps = opts.iterations
+        if opts.save_every and "save_every" in fields and "--save-every" not in flags:
+            args.save_every = opts.save_every
+        parsed[tuple(values)] = (flags, args)
+    for env_id, seed, values in itertools.product(opts.env_ids or [None], opts.seeds, parsed):
+        flags, args = parsed[values]
+        args = dataclasses.replace(args, seed=seed, **({field_of(opts.env_flag): env_id} if env_id is not None else {}))
+        probe = resolved_copy(opts.script, args)  # the script's own bad-input rules, for this env and seed
+        canonical, digest = identity(opts.script, args)
+        shown = {**flags, **{s: "on" for s in switches}}
+        label = "__".join(f"{f.lstrip('-')}={readable(v)}" for f, v in shown.items()) or "default"
+        name = "__".join(x for x in (opts.script, env_id and readable(env_id), label, f"s{seed}") if x)
+        argv = command_line(args, fields)
+        runs.append({"name": f"{name[:NAME_LIMIT]}__{digest}", "id": digest, "script": opts.script, "env": env_id or "",
+                     "env_field": field_of(opts.env_flag), "seed": seed, "flags": shown, "argv": argv,
+                     "resolved": json.loads(canonical)["args"], **({"batch_size": probe.batch_size} if hasattr(probe, "batch_size") else {})})
     return runs
 
 
-def run_dir(out_dir, run):
-    return Path(out_dir) / "runs" / run["name"]
+def as_argv(flag, value, switch_fields):
+    """A grid value as the script's flags: a switch's True/False (on/off) becomes --x / --no-x."""
+    if field_of(flag) not in switch_fields:
+        return [flag, value]
+    if value.lower() in ("true", "on", "yes", "1"):
+        return [flag]
+    if value.lower() in ("false", "off", "no", "0"):
+        return [f"--no-{flag[2:]}"]
+    fail(f"{flag} is a switch: its grid values are True/False (got {value!r})")
 
 
-def status(out_dir, run):
-    d = run_dir(out_dir, run)
-    if (d / "done.json").exists():
-        return "done"
-    return "failed" if (d / "failed.json").exists() else "new"
+def command_line(args, fields):
+    """The command that reproduces `args`: every field that differs from the script's default, as flags."""
+    defaults = type(args)()
+    argv = []
+    for name in sorted(fields):
+        value, default = getattr(args, name), getattr(defaults, name)
+        if value == default:
+            continue
+        flag = f"--{name.replace('_', '-')}"
+        if isinstance(value, bool):
+            argv.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, (tuple, list)):
+            argv += [flag, *map(str, value)]
+        elif value is None:
+            continue  # an Optional left unset: its default
+        else:
+            argv += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return argv
 
 
-def execute(run, out_dir, env=None, cpus=None):
-    """Run one grid point to its end in its own directory; True when it exited 0."""
-    d = run_dir(out_dir, run)
-    for stale in ("runs", "wandb"):  # a retry starts clean: no half-written logs remain
-        shutil.rmtree(d / stale, ignore_errors=True)
-    (d / "failed.json").unlink(missing_ok=True)
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "command.json").write_text(json.dumps(run, indent=1))
-    shutil.copy(SCRIPTS / f"{run['script']}.py", d / f"{run['script']}.py")
-    start = time.time()
-    with open(d / "stdout.log", "w") as log:
-        process = subprocess.run(
-            [sys.executable, f"{run['script']}.py", *run["argv"]], cwd=d, stdout=log, stderr=subprocess.STDOUT,
-            env=dict(os.environ, **(env or {})), preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-        )
-    record = {"returncode": process.returncode, "seconds": round(time.time() - start, 1), "log": str(d / "stdout.log")}
-    if process.returncode:  # keep the log, drop what a failed run half-wrote
-        for partial in ("runs", "wandb"):
-            shutil.rmtree(d / partial, ignore_errors=True)
-    (d / ("done.json" if process.returncode == 0 else "failed.json")).write_text(json.dumps(record))
-    return process.returncode == 0
+# ---------------------------------------------------------------------------------------------
+# The run store
+# ---------------------------------------------------------------------------------------------
+def run_dir(opts, run):
+    return Path(opts.store) / run["name"]
 
 
-def execute_with_retries(run, out_dir, retries, env=None, cpus=None):
-    for attempt in range(1 + retries):
-        if execute(run, out_dir, env, cpus):
-            return True
-        print(f"failed (attempt {attempt + 1} of {1 + retries}): {run['name']}", flush=True)
-    return False
+def register(opts, runs):
+    """Create every run's directory in the store (command.json) and link it from the grid's runs/."""
+    links = Path(opts.out_dir) / "runs"
+    links.mkdir(parents=True, exist_ok=True)
+    for run in runs:
+        d = run_dir(opts, run)
+        d.mkdir(parents=True, exist_ok=True)
+        if not (d / "command.json").exists():
+            write_json(d / "command.json", run)
+        link = links / run["name"]
+        if link.resolve() != d.resolve():
+            link.symlink_to(os.path.relpath(d, links), target_is_directory=True)
+
+
+def write_json(path, record):
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, path)  # never half-written, even with two launchers
+
+
+def status(opts, run):
+    d = run_dir(opts, run)
+    for state in ("done", "failed", "preempted"):
+        if (d / f"{state}.json").exists():
+            return state
+    return "new"
+
+
+def newest_checkpoint(d):
+    """The checkpoint with the highest iteration under the run's TensorBoard runs (None if there is none)."""
+    found = [p for p in (d / "runs").glob("*/checkpoints/*") if p.is_file() and not p.name.startswith(".")]
+    number = lambda p: int((re.findall(r"\d+", p.stem) or ["-1"])[-1])
+    return max(found, key=lambda p: (number(p), p.stat().st_mtime), default=None)
+
+
+def rotate_log(d):
+    """stdout.log -> stdout.log.N (the next free N): every attempt's log is kept."""
+    if (d / "stdout.log").exists():
+        n = 1 + max([int(p.suffix[1:]) for p in d.glob("stdout.log.*") if p.suffix[1:].isdigit()], default=0)
+        (d / "stdout.log").rename(d / f"stdout.log.{n}")
+
+
+class Attempt:
+    """One run of a grid point in its store directory, under its lock; `stop()` forwards SIGTERM to it."""
+
+    def __init__(self):
+        self.process = None
+
+    def __call__(self, run, store, env=None, cpus=None):
+        d = Path(store) / run["name"]
+        lock = FileLock(d / ".lock")
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return "busy"
+        try:
+            if (d / "done.json").exists():  # another launcher finished it meanwhile
+                return "skipped"
+            return self.execute(run, d, env, cpus)
+        finally:
+            lock.release()
+
+    def execute(self, run, d, env, cpus):
+        import shutil
+
+        argv = list(run["argv"])
+        checkpoint = newest_checkpoint(d) if "resume" in run["resolved"] else None
+        if checkpoint is not None:  # a previous attempt left one: continue from it (a user --resume is replaced)
+            at = argv.index("--resume") if "--resume" in argv else None
+            argv = (argv[:at] + argv[at + 2:] if at is not None else argv) + ["--resume", str(checkpoint.relative_to(d))]
+        else:  # start clean: no half-written logs of an earlier attempt remain
+            for stale in ("runs", "wandb"):
+                shutil.rmtree(d / stale, ignore_errors=True)
+        for old in ("failed.json", "preempted.json"):
+            (d / old).unlink(missing_ok=True)
+        rotate_log(d)
+        shutil.copy(SCRIPTS / f"{run['script']}.py", d / f"{run['script']}.py")
+        start = time.time()
+        with open(d / "stdout.log", "w") as log:
+            log.write(f"$ python {run['script']}.py {' '.join(argv)}\n")
+            log.flush()
+            self.process = subprocess.Popen(
+                [sys.executable, f"{run['script']}.py", *argv], cwd=d, stdout=log, stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            )
+            returncode = self.process.wait()
+        state = {0: "done", REQUEUE: "preempted"}.get(returncode, "failed")
+        if state == "failed" and newest_checkpoint(d) is None:  # keep the log, drop what the run half-wrote
+            for partial in ("runs", "wandb"):
+                shutil.rmtree(d / partial, ignore_errors=True)
+        write_json(d / f"{state}.json", {"returncode": returncode, "seconds": round(time.time() - start, 1),
+                                         "log": str(d / "stdout.log"), "resumed_from": checkpoint and str(checkpoint)})
+        return state
+
+    def stop(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+
+def attempt_with_retries(run, store, retries, env=None, cpus=None, attempt=None):
+    """Run until done, busy elsewhere or preempted, retrying a failure (not bad input) up to `retries` times."""
+    attempt = attempt or Attempt()
+    for n in range(1 + retries):
+        state = attempt(run, store, env, cpus)
+        if state != "failed":
+            return state
+        code = json.loads((Path(store) / run["name"] / "failed.json").read_text())["returncode"]
+        print(f"failed with exit status {code} (attempt {n + 1} of {1 + retries}): {run['name']}", flush=True)
+        if code == BAD_INPUT:
+            break
+    return "failed"
+
+
+class SlurmTask(submitit.helpers.Checkpointable):
+    """A Slurm array task: on timeout or preemption (submitit's signal) stop the run and requeue this task,
+    which resumes the run from its newest checkpoint."""
+
+    def __init__(self):
+        self.attempt = Attempt()
+
+    def __call__(self, run, store, retries):
+        return attempt_with_retries(run, store, retries, attempt=self.attempt)
+
+    def checkpoint(self, *args, **kwargs):
+        self.attempt.stop()  # the script checkpoints on SIGTERM where it can (exit 75)
+        return submitit.helpers.DelayedSubmission(SlurmTask(), *args, **kwargs)
 
 
 def worker_resources(slot, workers):
@@ -149,47 +383,93 @@ def worker_resources(slot, workers):
 
 
 def launch_local(todo, opts):
-    slots, lock = list(range(opts.workers)), threading.Lock()
+    """Run `todo` on --workers local processes; {name: outcome}. SIGTERM stops the runs (they may checkpoint)."""
+    slots, lock, attempts, outcome = list(range(opts.workers)), threading.Lock(), [], {}
 
     def one(run):
         with lock:
             slot = slots.pop()
+            attempt = Attempt()
+            attempts.append(attempt)
         try:
-            execute_with_retries(run, opts.out_dir, opts.retries, *worker_resources(slot, opts.workers))
+            outcome[run["name"]] = attempt_with_retries(run, opts.store, opts.retries, *worker_resources(slot, opts.workers), attempt=attempt)
         finally:
             with lock:
                 slots.append(slot)
 
-    with ThreadPoolExecutor(opts.workers) as pool:
-        list(pool.map(one, todo))
+    def terminate(signum, frame):
+        for attempt in attempts:
+            attempt.stop()
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate) if threading.current_thread() is threading.main_thread() else None
+    try:
+        with ThreadPoolExecutor(opts.workers) as pool:
+            list(pool.map(one, todo))
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return outcome
+
+
+def queued_job(opts, run):
+    """The id of a Slurm job of an earlier launch that still holds (or will run) this run, else None."""
+    record = run_dir(opts, run) / "slurm.json"
+    if not record.exists():
+        return None
+    job = json.loads(record.read_text())
+    if job.get("cluster") != "slurm":
+        return None
+    state = submitit.SlurmJob(folder=job["folder"], job_id=job["job_id"]).state  # sacct, through submitit
+    return job["job_id"] if state in ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "SUSPENDED") else None
 
 
 def launch_slurm(todo, opts):
-    import submitit
-
-    executor = submitit.AutoExecutor(folder=Path(opts.out_dir) / "slurm", cluster=opts.slurm_cluster)
+    """Submit `todo` as one job array; wait for it unless --no-wait. {name: outcome} of what finished."""
+    queued = {run["name"]: queued_job(opts, run) for run in todo}
+    todo = [run for run in todo if queued[run["name"]] is None]
+    outcome = {name: f"queued ({job})" for name, job in queued.items() if job is not None}
+    if not todo:
+        return outcome
+    folder = Path(opts.out_dir) / "slurm"
+    executor = submitit.AutoExecutor(folder=folder, cluster=opts.slurm_cluster)
     executor.update_parameters(timeout_min=opts.slurm_time, name=f"grid-{opts.script}")
     if executor.cluster == "slurm":
-        executor.update_parameters(cpus_per_task=opts.slurm_cpus, gpus_per_node=opts.slurm_gpus,
+        executor.update_parameters(cpus_per_task=opts.slurm_cpus, gpus_per_node=opts.slurm_gpus, slurm_signal_delay_s=120,
                                    slurm_partition=opts.slurm_partition, slurm_array_parallelism=opts.slurm_array_parallelism)
-    jobs = executor.map_array(partial(execute_with_retries, out_dir=opts.out_dir, retries=opts.retries), todo)
-    print(f"submitted {len(jobs)} runs as {jobs[0].job_id.split('_')[0] if jobs else '-'}; waiting", flush=True)
-    for job in jobs:
-        job.result()
+    with executor.batch():
+        jobs = [executor.submit(SlurmTask(), run, opts.store, opts.retries) for run in todo]
+    for run, job in zip(todo, jobs):
+        write_json(run_dir(opts, run) / "slurm.json", {"job_id": job.job_id, "cluster": executor.cluster, "folder": str(folder)})
+    print(f"submitted {len(jobs)} runs as {jobs[0].job_id.split('_')[0]}" + ("" if opts.no_wait else "; waiting"), flush=True)
+    if opts.no_wait:
+        return {**outcome, **{run["name"]: f"queued ({job.job_id})" for run, job in zip(todo, jobs)}}
+    for run, job in zip(todo, jobs):
+        try:
+            outcome[run["name"]] = job.result()
+        except Exception as e:  # timed out past its requeues, cancelled, node failure: reported, not raised
+            outcome[run["name"]] = "failed"
+            print(f"job {job.job_id} ({run['name']}) did not finish: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+    return outcome
 
 
-def summary(runs, skipped, out_dir):
-    rows = [(run["name"], "skipped" if run["name"] in skipped else status(out_dir, run)) for run in runs]
-    counts = {s: sum(1 for _, x in rows if x == s) for s in ("done", "skipped", "failed")}
+def summary(runs, outcome, opts):
+    """Print a table of every run and a count line; {state: count}."""
+    counts = {s: 0 for s in ("done", "skipped", "failed", "busy", "preempted", "queued")}
     print("\n| run | status | exit | log |\n|---|---|---|---|")
-    for (name, state), run in zip(rows, runs):
+    for run in runs:
+        state = outcome.get(run["name"], "skipped")
+        if state == "done" and run["name"] not in outcome:
+            state = "skipped"
         record = {}
-        for file in ("done.json", "failed.json"):
-            if (run_dir(out_dir, run) / file).exists():
-                record = json.loads((run_dir(out_dir, run) / file).read_text())
-        print(f"| {name} | {state} | {record.get('returncode', '-')} | {record.get('log', '-') if state == 'failed' else ''} |")
-    print(f"\n{counts['done']} done, {counts['skipped']} skipped, {counts['failed']} failed (of {len(runs)})")
-    return counts
+        for file in ("done.json", "failed.json", "preempted.json"):
+            if (run_dir(opts, run) / file).exists():
+                record = json.loads((run_dir(opts, run) / file).read_text())
+        counts[state.split(" ")[0]] += 1
+        log = record.get("log", "-") if state in ("failed", "preempted") else ""
+        print(f"| {run['name']} | {state} | {record.get('returncode', '-') if state != 'skipped' else ''} | {log} |")
+    print("\n" + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("done", "skipped", "failed")) + f" (of {len(runs)})")
+    return {s: n for s, n in counts.items() if n or s in ("done", "skipped", "failed")}
 
 
 def build_parser():
@@ -201,16 +481,21 @@ def build_parser():
     parser.add_argument("--total-timesteps", type=int, default=0, help="with --fixed-budget: every run's budget")
     parser.add_argument("--fixed-budget", action="store_true", help="every run gets --total-timesteps")
     parser.add_argument("--iterations", type=int, default=0, help="without --fixed-budget: budget = iterations x batch")
-    parser.add_argument("--out-dir", default=os.environ.get("OUT_DIR", "grids"), help="where the runs go (env OUT_DIR)")
+    parser.add_argument("--out-dir", default=os.environ.get("OUT_DIR", "grids"), help="the grid's directory (env OUT_DIR)")
+    parser.add_argument("--store", default=None, help="where runs live, shared by grids (default: <out-dir>/runs)")
+    parser.add_argument("--save-every", type=int, default=0,
+                        help="give scripts that checkpoint --save-every N (not part of a run's identity; 0: the script's default)")
     parser.add_argument("--workers", type=int, default=1, help="local runs at once")
-    parser.add_argument("--retries", type=int, default=0, help="re-runs of a failed run")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--retries", type=int, default=0, help="re-runs of a failed run (bad input, exit 2, is never retried)")
+    parser.add_argument("--dry-run", action="store_true", help="check the grid and print the commands only")
+    parser.add_argument("--print-checkpoints", action="store_true", help="print each run's newest checkpoint (or -) and stop")
     parser.add_argument("--slurm", action="store_true", help="submit as a Slurm job array through submitit")
+    parser.add_argument("--no-wait", action="store_true", help="with --slurm: return once the array is submitted")
     parser.add_argument("--slurm-cluster", default=None, help="submitit cluster: slurm (default), local or debug")
     parser.add_argument("--slurm-partition", default=None)
     parser.add_argument("--slurm-gpus", type=int, default=1, help="GPUs per task")
     parser.add_argument("--slurm-cpus", type=int, default=8, help="CPUs per task")
-    parser.add_argument("--slurm-time", type=int, default=24 * 60, help="minutes per task")
+    parser.add_argument("--slurm-time", type=int, default=24 * 60, help="minutes per task (then it checkpoints and requeues)")
     parser.add_argument("--slurm-array-parallelism", type=int, default=64, help="array tasks at once")
     return parser
 
@@ -218,25 +503,40 @@ def build_parser():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
-    parser = build_parser()
-    opts = parser.parse_args(argv[:split])
-    grid = parse_grid(argv[split + 1:])
+    opts = build_parser().parse_args(argv[:split])
     if not (SCRIPTS / f"{opts.script}.py").exists():
-        parser.error(f"--script {opts.script}: no cleanrl_scale/{opts.script}.py")
+        fail(f"--script {opts.script}: no cleanrl_scale/{opts.script}.py")
     if opts.fixed_budget and opts.total_timesteps <= 0:
-        parser.error("--fixed-budget needs --total-timesteps > 0")
-    if opts.workers <= 0 or opts.retries < 0:
-        parser.error("--workers must be positive and --retries >= 0")
-    runs = expand(opts, grid)
+        fail("--fixed-budget needs --total-timesteps > 0")
+    if opts.fixed_budget and opts.iterations:
+        fail("--fixed-budget and --iterations exclude each other")
+    if opts.total_timesteps and not opts.fixed_budget:
+        fail("--total-timesteps is every run's budget only with --fixed-budget (or give --total-timesteps after --)")
+    for flag in ("workers", "slurm_time", "slurm_array_parallelism"):
+        if getattr(opts, flag) <= 0:
+            fail(f"--{flag.replace('_', '-')} must be positive (got {getattr(opts, flag)})")
+    for flag in ("retries", "iterations", "save_every"):
+        if getattr(opts, flag) < 0:
+            fail(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(opts, flag)})")
+    if not opts.seeds or any(not 0 <= s < 2**31 for s in opts.seeds):
+        fail(f"--seeds must lie in [0, 2^31) (got {opts.seeds})")
+    opts.store = opts.store or str(Path(opts.out_dir) / "runs")
+    runs = expand(opts, parse_grid(argv[split + 1:]))
+    if len({run["name"] for run in runs}) < len(runs):
+        fail("the grid names one run twice (a value repeated, or two values that resolve to one command)")
     if opts.dry_run:
         for run in runs:
-            print(f"(cd {run_dir(opts.out_dir, run)} && python {SCRIPTS / run['script']}.py {' '.join(run['argv'])})")
+            print(f"(cd {run_dir(opts, run)} && python {SCRIPTS / run['script']}.py {' '.join(run['argv'])})")
         return {"runs": len(runs)}
-    skipped = {run["name"] for run in runs if status(opts.out_dir, run) == "done"}
-    todo = [run for run in runs if run["name"] not in skipped]
-    print(f"{len(runs)} runs: {len(skipped)} already done, {len(todo)} to run", flush=True)
-    (launch_slurm if opts.slurm else launch_local)(todo, opts)
-    return summary(runs, skipped, opts.out_dir)
+    if opts.print_checkpoints:
+        for run in runs:
+            print(newest_checkpoint(run_dir(opts, run)) or "-")
+        return {"runs": len(runs)}
+    register(opts, runs)
+    todo = [run for run in runs if status(opts, run) != "done"]
+    print(f"{len(runs)} runs: {len(runs) - len(todo)} already done, {len(todo)} to run", flush=True)
+    outcome = (launch_slurm if opts.slurm else launch_local)(todo, opts)
+    return summary(runs, outcome, opts)
 
 
 if __name__ == "__main__":

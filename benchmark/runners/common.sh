@@ -1,28 +1,53 @@
 # Sourced by every runner: where things go, how runs are launched, and the SMOKE switch.
-#   OUT_DIR       where the grid's runs, tables and figures go (default: grids/<runner name>)
-#   SMOKE=1       the same grid at a tiny size, minutes on a CPU, analysis and figures included
-#   DRY_RUN=1     print the commands only
-#   LAUNCH_FLAGS  extra launcher flags, e.g. "--workers 4" or "--slurm --slurm-partition gpu --slurm-gpus 1"
+#   OUT_DIR       where the runner's grids, tables and figures go (default: grids/<runner name>)
+#   RUN_STORE     where runs live, shared by every runner so a run that several figures need runs once
+#                 (default: store/ beside OUT_DIR, i.e. grids/store)
+#   SMOKE=1       the same grids at a tiny size, minutes on a CPU (2 local workers unless LAUNCH_FLAGS says), analysis included
+#   DRY_RUN=1     check the grids and print the commands only
+#   ANALYZE_ONLY=1  launch nothing; analyse what the grids hold (after a Slurm array finished)
+#   LAUNCH_FLAGS  extra launcher flags, e.g. "--workers 4" or "--slurm --slurm-partition gpu --slurm-gpus 1";
+#                 with --slurm the arrays are submitted without waiting and the analysis is left for ANALYZE_ONLY=1
 #   PYTHON        the interpreter (default: python)
-set -euo pipefail
+# A failed launch or analysis does not stop the runner: it goes on with the next grid and exits 1 at the end.
+set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-python}"
 OUT_DIR="${OUT_DIR:-grids/$(basename "$0" .sh)}"
+RUN_STORE="${RUN_STORE:-$(dirname "$OUT_DIR")/store}"
 ATARI10="Amidar-v5 Bowling-v5 Frostbite-v5 KungFuMaster-v5 Riverraid-v5 BattleZone-v5 DoubleDunk-v5 NameThisGame-v5 Phoenix-v5 Qbert-v5"
+FAILED=0
+trap 'exit $FAILED' EXIT
 
 smoke() { [[ "${SMOKE:-0}" == 1 ]]; }
+dry_run() { [[ "${DRY_RUN:-0}" == 1 ]]; }
+on_slurm() { [[ " ${LAUNCH_FLAGS:-} " == *" --slurm "* ]]; }
+if smoke && [[ -z "${LAUNCH_FLAGS:-}" ]]; then LAUNCH_FLAGS="--workers 2"; fi
 
-# launch <grid name> <launcher flags...> -- <grid flags...>: one grid under $OUT_DIR/<grid name>
+# launch <grid name> <launcher flags...> -- <grid flags...>: one grid under $OUT_DIR/<grid name>, runs in $RUN_STORE.
+# On Slurm it returns once submitted; WAIT=1 launch ... waits (a later grid needs this one's checkpoints).
 launch() {
     local name="$1"; shift
+    [[ "${ANALYZE_ONLY:-0}" == 1 ]] && return 0
+    local wait=""
+    on_slurm && [[ "${WAIT:-0}" != 1 ]] && wait="--no-wait"
     # shellcheck disable=SC2086
-    "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" ${LAUNCH_FLAGS:-} \
-        $( [[ "${DRY_RUN:-0}" == 1 ]] && echo --dry-run ) "$@"
+    "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait \
+        $(dry_run && echo --dry-run) "$@" || { echo "runner: grid $name: launch exited $? (continuing)" >&2; FAILED=1; }
+}
+
+# checkpoint_of <grid name> <launcher flags...> -- <grid flags...>: the newest checkpoint of each run of that grid (or -)
+checkpoint_of() {
+    local name="$1"; shift
+    "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" --print-checkpoints "$@"
 }
 
 # analyze <grid name> <analysis flags...>: tables, figures and report.md under $OUT_DIR/<grid name>/analysis
 analyze() {
     local name="$1"; shift
-    [[ "${DRY_RUN:-0}" == 1 ]] && return 0
-    "$PY" "$ROOT/benchmark/analyze.py" "$OUT_DIR/$name" "$@"
+    dry_run && return 0
+    if on_slurm && [[ "${ANALYZE_ONLY:-0}" != 1 ]]; then
+        echo "runner: grid $name submitted; analyse it once the jobs are done: ANALYZE_ONLY=1 LAUNCH_FLAGS='${LAUNCH_FLAGS}' bash $0"
+        return 0
+    fi
+    "$PY" "$ROOT/benchmark/analyze.py" "$OUT_DIR/$name" "$@" || { echo "runner: grid $name: analysis exited $? (continuing)" >&2; FAILED=1; }
 }

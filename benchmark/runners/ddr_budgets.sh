@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Stagnation Fig. 8: the Data-to-Divergence Ratio against the best solve rate, over data budgets per
-# update (N_envs) and update sizes (epochs x minibatches), PPO on Kinetix locomotion, 3 seeds (grid: this project's choice).
+# Stagnation Fig. 8: the Data-to-Divergence Ratio against the best solve rate, for several compute budgets (one
+# colour per budget and config in the plot), over data per update (N_envs) and update sizes (epochs x minibatches);
+# PPO on Kinetix locomotion, 3 seeds. The grid and budgets are this project's choice.
 source "$(dirname "$0")/common.sh"
 if smoke; then
-    SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-steps 16); NENVS="8 16"; EPOCHS="1 4"; MB="2 4"; ITER=4
+    SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-steps 16); NENVS="8 16"; EPOCHS="1 4"; MB="2 4"; BUDGETS="1024 2048"
 else
-    SEEDS="1 2 3"; ENV=(--env-id locomotion); NENVS="512 2048 8192"; EPOCHS="2 8 32"; MB="8 32 128"; ITER=1000
+    SEEDS="1 2 3"; ENV=(--env-id locomotion); NENVS="512 2048 8192"; EPOCHS="2 8 32"; MB="8 32 128"
+    BUDGETS="100000000 500000000 2000000000"
 fi
-launch ddr --script ppo_ewma_jax --seeds $SEEDS --iterations $ITER -- "${ENV[@]}" --num-envs $NENVS \
-    --update-epochs $EPOCHS --num-minibatches $MB
-analyze ddr --x-flag num-envs $(smoke && echo --tag charts/episodic_return)
+for budget in $BUDGETS; do
+    launch ddr --script ppo_ewma_jax --seeds $SEEDS --fixed-budget --total-timesteps $budget -- "${ENV[@]}" \
+        --num-envs $NENVS --update-epochs $EPOCHS --num-minibatches $MB
+done
+analyze ddr --ddr --x-flag num-envs $(smoke && echo --tag charts/episodic_return)

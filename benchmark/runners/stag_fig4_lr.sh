@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Stagnation Fig. 4: tuning the learning rate cannot make up for a poor outer step size. PPO-EWMA on Kinetix
+# locomotion, COM in {8, 64, 256} x lr in {1e-4, 3e-4, 1e-3} x annealing on/off, 3 seeds, 1000 iterations (the
+# paper shows the better of annealing on/off per lr: read it off aggregate.csv). Values: this project's choice.
+source "$(dirname "$0")/common.sh"
+if smoke; then
+    SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-envs 16 --num-steps 16 --num-minibatches 4); ITER=4; COMS="1 16"; LRS="3e-4 1e-3"
+else
+    SEEDS="1 2 3"; ENV=(--env-id locomotion); ITER=1000; COMS="8 64 256"; LRS="1e-4 3e-4 1e-3"
+fi
+launch lr --script ppo_ewma_jax --seeds $SEEDS --iterations $ITER -- "${ENV[@]}" --ewma-com $COMS --learning-rate $LRS \
+    --anneal-lr True False
+analyze lr --x-flag learning-rate $(smoke && echo --tag charts/episodic_return)

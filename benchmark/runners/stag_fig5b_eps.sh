@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Stagnation Fig. 5b: standard PPO's clip epsilon on Kinetix locomotion (Table 2 defaults), 5 seeds, 1000
+# iterations; too large an epsilon plateaus early. The epsilon values are this project's choice.
+source "$(dirname "$0")/common.sh"
+if smoke; then
+    SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-envs 16 --num-steps 16 --num-minibatches 4); ITER=4; EPS="0.1 0.4"
+else
+    SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); ITER=1000; EPS="0.05 0.1 0.2 0.4 0.8"
+fi
+launch eps --script ppo_ewma_jax --seeds $SEEDS --iterations $ITER -- "${ENV[@]}" --clip-coef $EPS
+analyze eps --x-flag clip-coef $(smoke && echo --tag charts/episodic_return)
