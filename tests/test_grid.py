@@ -349,21 +349,38 @@ def run_runner(name, tmp_path, **env):
                           env=dict(os.environ, PYTHON=sys.executable, OUT_DIR=str(tmp_path / "out"), WANDB_MODE="offline", **env))
 
 
-@pytest.mark.parametrize("runner, commands", [
+RUNNER_GRIDS = {
     # atari10_nenvs: Fig. 1a's 7 fixed-batch configs + Fig. 1b's 7 N_envs and 3 rollout configs, 8 x 128 shared
-    ("atari10_nenvs.sh", 10 * 5 * (7 + 7 + 3) - 50), ("atari10_epochs.sh", 10 * 5 * 3 * (3 + 2)),
-    ("atari10_encoders.sh", 2 * 10 * 5 * 7), ("pqn_nenvs.sh", 10 * 5 * (7 + 3)), ("rnd_nenvs.sh", 2 * 2 * 5 * 4),
-    ("lr_sensitivity.sh", 10 * 5 * (1 + 3 + 3)), ("gamma_sensitivity.sh", 10 * 5 * 3 * (3 + 2)),
-    ("recipes.sh", 5 * (5 * 3 + 4)), ("com_eps.sh", 3 * 5 * 5), ("stag_fig5b_eps.sh", 5 * 5),
-    ("stag_fig3a_resume.sh", 5), ("stag_fig4_lr.sh", 3 * 3 * 3 * 2), ("stag_fig6_epochs.sh", 3 * 4 * (4 + 3)),
-    ("stag_fig7_minibatch.sh", 3 * 3 * (3 + 2)), ("ddr_budgets.sh", 3 * 3 * 3 * 3 * 3), ("noisy_sgd.sh", 1 + 2),
-    ("sfl_scaling.sh", 3 * 3),
-])
-def test_runners_expand_the_papers_grids(tmp_path, runner, commands):
-    result = run_runner(runner, tmp_path, DRY_RUN="1")
+    "atari10_nenvs.sh": 10 * 5 * (7 + 7 + 3) - 50, "atari10_epochs.sh": 10 * 5 * 3 * (3 + 2),
+    "atari10_encoders.sh": 2 * 10 * 5 * 7, "pqn_nenvs.sh": 10 * 5 * (7 + 3), "rnd_nenvs.sh": 2 * 2 * 5 * 4,
+    "lr_sensitivity.sh": 10 * 5 * (1 + 3 + 3), "gamma_sensitivity.sh": 10 * 5 * 3 * (3 + 2),
+    "recipes.sh": 5 * (5 * 3 + 4), "com_eps.sh": 3 * 5 * 5, "stag_fig5b_eps.sh": 5 * 5,
+    "stag_fig3a_resume.sh": 5, "stag_fig4_lr.sh": 3 * 3 * 3 * 2, "stag_fig6_epochs.sh": 3 * 4 * (4 + 3),
+    "stag_fig7_minibatch.sh": 3 * 3 * (3 + 2), "ddr_budgets.sh": 3 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 1 + 2,
+    "sfl_scaling.sh": 3 * 3,
+}
+
+
+@pytest.fixture(scope="module")
+def dry_runs(tmp_path_factory):
+    """Every runner's DRY_RUN output, two runners at a time (each launch imports its script: seconds)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        results = pool.map(lambda r: run_runner(r, tmp_path_factory.mktemp(r.split(".")[0]), DRY_RUN="1"), RUNNER_GRIDS)
+        return dict(zip(RUNNER_GRIDS, results))
+
+
+def test_every_runner_is_tested():
+    assert sorted(RUNNER_GRIDS) == sorted(p.name for p in RUNNERS.glob("*.sh") if p.name != "common.sh")
+
+
+@pytest.mark.parametrize("runner", sorted(RUNNER_GRIDS))
+def test_runners_expand_the_papers_grids(dry_runs, runner):
+    result = dry_runs[runner]
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("(cd ")]
-    assert len(set(lines)) == commands
+    assert len(set(lines)) == RUNNER_GRIDS[runner]
     assert all(len(Path(line.split(" && ")[0][4:]).name) < 255 for line in lines)
 
 
