@@ -369,7 +369,8 @@ def plot_curves(curves, order, statistic, ylabel, xlabel, path):
         ax.plot(c.x, c[statistic], label=config)
         ax.fill_between(c.x, c[f"{statistic}_low"], c[f"{statistic}_high"], alpha=0.2)
     ax.set(xlabel=xlabel, ylabel=f"{statistic.upper() if statistic == 'iqm' else statistic} {ylabel}")
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     save(fig, path)
 
 
@@ -411,7 +412,8 @@ def plot_dynamics(runs_frame, env, order, xlabel, path):
             ax.plot(c.x, c["mean"], label=config)
             ax.fill_between(c.x, c.mean_low, c.mean_high, alpha=0.2)
         ax.set(title=tag, xlabel=xlabel)
-    axes[0][0].legend(fontsize=6)
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(fontsize=6)
     fig.suptitle(env or "default env")
     save(fig, path)
 
@@ -575,7 +577,7 @@ def main(argv=None):
     shown = table.drop(columns=[c for c in columns], errors="ignore")
     report = [f"# {Path(opts.out_dir).resolve().name}\n",
               f"{len(done)} finished runs of {len(registered)} registered; final score = mean of `{tag}` over the last "
-              f"{opts.final_fraction:.0%} of training ({ylabel}); {how}, {opts.reps} resamples, seed {opts.seed}.\n",
+              f"{opts.final_fraction:.0%} of training ({ylabel}); {how}" + (f", {opts.reps} resamples, seed {opts.seed}.\n" if statistic == "iqm" else ".\n"),
               markdown_table(shown),
               "\n## Runs per config and env\n", markdown_table(counts)]
     if unfinished or silent:

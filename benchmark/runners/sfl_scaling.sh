@@ -4,7 +4,7 @@
 # benchmark/slurm/ppo_kinetix_sfl_multinode.sbatch, printed at the end.
 source "$(dirname "$0")/common.sh"
 if smoke; then
-    SEEDS="1 2"; PRESETS=(--model mlp --env-size s --num-envs 8 16 --num-steps 16 --num-minibatches 2 --update-epochs 1
+    SEEDS="1"; PRESETS=(--model mlp --env-size s --num-envs 8 16 --num-steps 16 --num-minibatches 2 --update-epochs 1
         --sfl-num-candidates 16 --sfl-update-period 2 --sfl-buffer-size 4 --sfl-rollout-length 16 --num-eval-levels 8
         --eval-every 1); BUDGET=(--iterations 3)
 else
