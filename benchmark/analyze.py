@@ -468,6 +468,8 @@ def build_parser():
     parser.add_argument("--x-unit", choices=["steps", "iterations"], default="steps",
                         help="x of the curves: logged steps, or iterations (policy updates: steps / batch)")
     parser.add_argument("--heatmap", nargs=2, metavar=("ROWS", "COLS"), default=["ewma-com", "clip-coef"])
+    parser.add_argument("--best-of", metavar="FLAG", help="per config, keep only the value of FLAG with the best mean final "
+                        "score (stagnation Fig. 4: the better of annealing on/off per learning rate; chosen on the same runs)")
     parser.add_argument("--ddr", action="store_true", help="read charts/ddr and plot the median DDR against the best score")
     parser.add_argument("--no-dynamics", action="store_true", help="skip the dynamics/ tags")
     parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 8), help="processes reading runs")
@@ -523,16 +525,26 @@ def main(argv=None):
     columns = config_columns(scores.drop(columns=["final", "best", "ddr"]), list(dict.fromkeys(grid_flags)))
     for c in columns:
         scores[c] = scores[c].astype(str)
+    scores["normalised"] = [float(human_normalised(s, e)) for s, e in zip(scores.final, scores.env)]
+    chosen = ""
+    if opts.best_of:
+        if opts.best_of not in columns:
+            fail(f"--best-of {opts.best_of}: not a flag that tells this grid's configs apart ({', '.join(columns) or 'none'})")
+        columns = [c for c in columns if c != opts.best_of]
+        means = scores.groupby(columns + [opts.best_of]).normalised.mean().reset_index() if columns else \
+            scores.groupby(opts.best_of).normalised.mean().reset_index()
+        best = means.loc[means.groupby(columns).normalised.idxmax()] if columns else means.loc[[means.normalised.idxmax()]]
+        scores = scores.merge(best[columns + [opts.best_of]], on=columns + [opts.best_of])
+        chosen = "; ".join(f"{config_label(r, columns)}: {opts.best_of}={r[opts.best_of]}" for r in best.to_dict("records"))
     combos = sorted(scores[columns].drop_duplicates().to_dict("records"), key=lambda r: tuple(value_key(r[c]) for c in columns))
     order = [config_label(r, columns) for r in combos]
     scores["config"] = [config_label(r, columns) for r in scores.to_dict("records")]
-    scores["normalised"] = [float(human_normalised(s, e)) for s, e in zip(scores.final, scores.env)]
     statistic = opts.statistic if opts.statistic != "auto" else ("iqm" if scores.env.nunique() > 1 else "mean")
 
     meta = scores.set_index(["run", "subrun"])[["config", "env", "seed"]]
     runs_frame = pd.DataFrame(
         [{"run": r, "subrun": s, "tag": t, "x": xi, "value": yi} for r, s, t, x, y in curve_rows for xi, yi in zip(x, y)])
-    runs_frame = runs_frame.join(meta, on=["run", "subrun"])
+    runs_frame = runs_frame.join(meta, on=["run", "subrun"], how="inner")
     runs_frame["normalised"] = runs_frame.value
     for env, at in runs_frame[runs_frame.tag == tag].groupby("env"):
         runs_frame.loc[at.index, "normalised"] = human_normalised(at.value.to_numpy(), env)
@@ -578,7 +590,7 @@ def main(argv=None):
     report = [f"# {Path(opts.out_dir).resolve().name}\n",
               f"{len(done)} finished runs of {len(registered)} registered; final score = mean of `{tag}` over the last "
               f"{opts.final_fraction:.0%} of training ({ylabel}); {how}" + (f", {opts.reps} resamples, seed {opts.seed}.\n" if statistic == "iqm" else ".\n"),
-              markdown_table(shown),
+              markdown_table(shown)] + ([f"\n--best-of {opts.best_of} (chosen on these runs): {chosen}.\n"] if chosen else []) + [
               "\n## Runs per config and env\n", markdown_table(counts)]
     if unfinished or silent:
         report += ["\n## Missing and failed runs\n", "| run | state | log |\n|---|---|---|\n"

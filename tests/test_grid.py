@@ -324,6 +324,15 @@ def test_analysis_of_the_grid(grid):
     assert "Missing and failed" not in report
 
 
+def test_best_of_keeps_the_best_value_of_a_flag(grid):
+    out = grid[0]
+    both = analyze.main([str(out), "--reps", "100", "--points", "4"])
+    best = analyze.main([str(out), "--reps", "100", "--points", "4", "--best-of", "num-envs"])
+    assert len(best) == 1 and best.runs[0] == 2 and best["mean"][0] == pytest.approx(both["mean"].max())
+    assert f"--best-of num-envs (chosen on these runs): all runs: num-envs={both.set_index('mean')['num-envs'][both['mean'].max()]}" \
+        in (out / "analysis" / "report.md").read_text()
+
+
 def test_a_missing_run_is_listed_and_the_rest_aggregated(grid):
     out = grid[0]
     victim = next((out / "runs").glob("*num-envs=8__*s2__*")).resolve()
