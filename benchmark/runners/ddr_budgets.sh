@@ -4,7 +4,7 @@
 # PPO on Kinetix locomotion, 3 seeds. The grid and budgets are this project's choice.
 source "$(dirname "$0")/common.sh"
 if smoke; then
-    SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-steps 16); NENVS="8 16"; EPOCHS="1 4"; MB="2 4"; BUDGETS="1024 2048"
+    SEEDS="1"; ENV=(--env-id CartPole-v1 --num-steps 16); NENVS="8"; EPOCHS="1 4"; MB="2 4"; BUDGETS="1024 2048"
 else
     SEEDS="1 2 3"; ENV=(--env-id locomotion); NENVS="512 2048 8192"; EPOCHS="2 8 32"; MB="8 32 128"
     BUDGETS="100000000 500000000 2000000000"
