@@ -3,7 +3,8 @@
     python benchmark/analysis_throughput.py --scale 0.0025 0.01 --out /tmp/synthetic
 
 Writes a synthetic grid with the shape of `runners/atari10_nenvs.sh` at the paper's size -- 10 games x 5 seeds x
-(N_envs 1..64 at 128 steps, and at a fixed batch of 1024), 100M steps per run, one record per iteration for each of
+(N_envs 1..64 at 128 steps, at a fixed batch of 1024, and 8 envs at 256/512/1024 steps: 16 configs, 800 runs),
+100M steps per run, one record per iteration for each of
 11 per-iteration tags, an episodic return every 8 iterations and the 6 dynamics/ tags every 10 -- but with only
 --scale of each run's iterations (the full grid is ~1.2 billion records, ~60 GB of event files). Then runs the
 analysis as a user would (a separate process, --jobs workers) and reports records/s, wall time and peak memory
@@ -35,9 +36,10 @@ DYNAMICS = ["dynamics/feature_rank", "dynamics/dormant_percent", "dynamics/weigh
             "dynamics/ess_percent", "dynamics/policy_variance"]
 
 
-def configs(budget, steps, batch, nenvs):
-    """(num_envs, num_steps, iterations) of the grid: the N_envs arm and the fixed-batch arm (shared 8 x 128 once)."""
-    grid = {(n, steps) for n in nenvs} | {(n, batch // n) for n in nenvs}
+def configs(budget, steps, batch, nenvs, base_envs=8, rollouts=(256, 512, 1024)):
+    """(num_envs, num_steps, iterations) of the grid: Fig. 1a's fixed batch, Fig. 1b's N_envs arm and rollout arm
+    (8 x 128, in all three, once)."""
+    grid = {(n, steps) for n in nenvs} | {(n, batch // n) for n in nenvs} | {(base_envs, t) for t in rollouts}
     return sorted((n, t, budget // (n * t)) for n, t in grid)
 
 

@@ -58,7 +58,7 @@ ATARI_REFERENCE = {
     "Breakout": (1.7, 30.5), "Pong": (-20.7, 14.6), "MontezumaRevenge": (0.0, 4753.3), "Venture": (0.0, 1187.5),
     "PrivateEye": (24.9, 69571.3), "Gravitar": (173.0, 3351.4), "Pitfall": (-229.4, 6463.7),
     "Solaris": (1236.3, 12326.7), "SpaceInvaders": (148.0, 1668.7), "Seaquest": (68.4, 42054.7),
-    "BeamRider": (363.9, 16926.5), "Enduro": (0.0, 860.5), "Asterix": (210.0, 7127.7), "MsPacman": (307.3, 6951.6),
+    "BeamRider": (363.9, 16926.5), "Enduro": (0.0, 860.5), "Asterix": (210.0, 8503.3), "MsPacman": (307.3, 6951.6),
 }
 DEFAULT_TAG = {
     "ppo_atari_envpool": "charts/episodic_return", "pqn_atari": "charts/episodic_return", "ppo_rnd": "charts/episodic_return",
@@ -206,15 +206,21 @@ def summarise_run(task):
 # ---------------------------------------------------------------------------------------------
 # The grid: its runs, their states and configs
 # ---------------------------------------------------------------------------------------------
-def grid_runs(out_dir):
-    """[(run directory, command, state)] of every run the grid's launches registered."""
+def grid_runs(out_dirs):
+    """[(run directory, command, state)] of every run the grids' launches registered; with several grids each
+    command gets the grid's name (a run two grids share appears once in each)."""
     found = []
-    for command in sorted(Path(out_dir).glob("runs/*/command.json")):
-        d = command.parent
-        state = next((s for s in ("done", "failed", "preempted") if (d / f"{s}.json").exists()), "not finished")
-        found.append((d, json.loads(command.read_text()), state))
-    if not found:
-        fail(f"no run registered under {out_dir}/runs (launch the grid with benchmark/launch.py first)")
+    for out_dir in out_dirs:
+        commands = sorted(Path(out_dir).glob("runs/*/command.json"))
+        if not commands:
+            fail(f"no run registered under {out_dir}/runs (launch the grid with benchmark/launch.py first)")
+        for command in commands:
+            d = command.parent
+            state = next((s for s in ("done", "failed", "preempted") if (d / f"{s}.json").exists()), "not finished")
+            record = json.loads(command.read_text())
+            if len(out_dirs) > 1:
+                record["grid"] = Path(out_dir).resolve().name
+            found.append((d, record, state))
     return found
 
 
@@ -235,7 +241,8 @@ def config_columns(rows, grid_flags):
     flag that varies, then the sub-run; a column that adds no distinction to those kept is left out."""
     frame = pd.DataFrame(rows)
     varying = [c for c in frame.columns if c not in {"run", "env", "seed"} and frame[c].astype(str).nunique() > 1]
-    ordered = [c for c in grid_flags if c in varying] + sorted(c for c in varying if c not in grid_flags and c != "subrun")
+    first = [c for c in ("grid", "script") if c in varying] + [c for c in grid_flags if c in varying]
+    ordered = first + sorted(c for c in varying if c not in first and c != "subrun")
     ordered += ["subrun"] if "subrun" in varying else []
     kept, distinct = [], 1
     for column in ordered:
@@ -326,7 +333,7 @@ def aggregate(scores, columns, statistic, reps, seed=0):
     return pd.DataFrame(rows)
 
 
-def config_curves(runs_frame, tag, statistic, points, reps):
+def config_curves(runs_frame, tag, statistic, points, reps, seed=0):
     """The statistic per config along training: each run's curve interpolated onto one grid of `points` inside
     the config's range (the runs' own steps when they all share them)."""
     out = []
@@ -346,7 +353,7 @@ def config_curves(runs_frame, tag, statistic, points, reps):
             out += [{"config": config, "x": x, "mean": m, "mean_low": m - h, "mean_high": m + h} for x, m, h in zip(grid, mean, half)]
         else:
             for i, x in enumerate(grid):
-                point, ci = iqm_estimates([values[envs == e, i] for e in np.unique(envs)], reps, count=1)
+                point, ci = iqm_estimates([values[envs == e, i] for e in np.unique(envs)], reps, seed, count=1)
                 out.append({"config": config, "x": x, "iqm": point[0], "iqm_low": ci[0, 0], "iqm_high": ci[1, 0]})
     return pd.DataFrame(out)
 
@@ -374,7 +381,7 @@ def plot_curves(curves, order, statistic, ylabel, xlabel, path):
     save(fig, path)
 
 
-def plot_against_flag(scores, columns, x_flag, statistic, reps, ylabel, path):
+def plot_against_flag(scores, columns, x_flag, statistic, reps, ylabel, path, seed=0):
     """The final statistic (and CI) against one grid flag, one line per combination of the other columns."""
     others = [c for c in columns if c != x_flag]
     labels = sorted(scores[x_flag].unique(), key=value_key)
@@ -382,7 +389,7 @@ def plot_against_flag(scores, columns, x_flag, statistic, reps, ylabel, path):
     fig, ax = plt.subplots(figsize=(6, 4))
     groups = scores.groupby(others, sort=False) if others else [((), scores)]
     for key, group in sorted(groups, key=lambda kv: tuple(map(value_key, kv[0] if isinstance(kv[0], tuple) else (kv[0],)))):
-        points = sorted(((x, estimate(g, "normalised", statistic, reps)) for x, g in group.groupby(x_flag)), key=lambda p: value_key(p[0]))
+        points = sorted(((x, estimate(g, "normalised", statistic, reps, seed)) for x, g in group.groupby(x_flag)), key=lambda p: value_key(p[0]))
         x = [value_key(p[0])[1] if numeric else labels.index(p[0]) for p in points]
         y = np.array([p[1][statistic] for p in points])
         err = np.array([[p[1][statistic] - p[1][f"{statistic}_low"], p[1][f"{statistic}_high"] - p[1][statistic]] for p in points]).T
@@ -456,7 +463,9 @@ def markdown_table(frame):
 # ---------------------------------------------------------------------------------------------
 def build_parser():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("out_dir", help="a grid's --out-dir")
+    parser.add_argument("out_dirs", nargs="+", metavar="out_dir",
+                        help="a grid's --out-dir; several grids are compared in one analysis (their name becomes a config column)")
+    parser.add_argument("--output", help="where the analysis goes (default: <out_dir>/analysis; required for several grids)")
     parser.add_argument("--tag", help="the score (default: the script's: episodic return, solve rate, ...)")
     parser.add_argument("--statistic", choices=["auto", "iqm", "mean"], default="auto",
                         help="iqm: rliable IQM with stratified bootstrap CIs; mean: mean and Student-t CI over seeds; auto: iqm for several envs, else mean")
@@ -486,10 +495,12 @@ def main(argv=None):
         if getattr(opts, flag) <= 0:
             fail(f"--{flag} must be positive (got {getattr(opts, flag)})")
     started = time.time()
-    registered = grid_runs(opts.out_dir)
+    if len(opts.out_dirs) > 1 and not opts.output:
+        fail("several grids need --output DIR")
+    registered = grid_runs(opts.out_dirs)
     done = [(d, c) for d, c, state in registered if state == "done"]
     if not done:
-        fail(f"no finished run under {opts.out_dir}/runs ({len(registered)} registered)")
+        fail(f"no finished run under {', '.join(opts.out_dirs)} ({len(registered)} registered)")
     scripts = {c["script"] for _, c in done}
     tag = opts.tag or DEFAULT_TAG.get(sorted(scripts)[0], "charts/episodic_return")
     if opts.x_unit == "iterations" and any("batch_size" not in c for _, c in done):
@@ -497,6 +508,7 @@ def main(argv=None):
     reading = {"ddr": opts.ddr, "dynamics": not opts.no_dynamics, "final_fraction": opts.final_fraction,
                "points": opts.points, "x_unit": opts.x_unit}
     tasks = [(d, tag, reading) for d, _ in done]
+    normalise = "episodic_return" in tag  # human normalisation is for Atari returns only
     if opts.jobs > 1 and len(tasks) > 1:
         with ProcessPoolExecutor(opts.jobs) as pool:
             summaries = list(pool.map(summarise_run, tasks, chunksize=1))
@@ -507,17 +519,18 @@ def main(argv=None):
 
     # one row per run (and sub-run): identity, every resolved flag that varies, scores
     rows, curve_rows, silent = [], [], []
-    for run_dir, command, subruns, _ in summaries:
+    for (_, command), (_, _, subruns, _) in zip(done, summaries):
+        key = f"{command['grid']}/{command['name']}" if "grid" in command else command["name"]  # a shared run, once per grid
         if not subruns:
-            silent.append(command["name"])
+            silent.append(key)
         for subrun, entry in subruns.items():
             flags = {flag_name(k): json.dumps(v) if isinstance(v, (list, dict)) else v
                      for k, v in command["resolved"].items() if k not in NOT_CONFIG and k != command["env_field"]}
-            flags.update({"script": command["script"], "subrun": subrun})
-            rows.append({"run": command["name"], "env": command["env"], "seed": command["seed"], **flags,
+            flags.update({"script": command["script"], "subrun": subrun, "grid": command.get("grid", "")})
+            rows.append({"run": key, "env": command["env"], "seed": command["seed"], **flags,
                          "final": entry["final"], "best": entry["best"], "ddr": entry["ddr"]})
             for name, (x, y) in entry["curves"].items():
-                curve_rows.append((command["name"], subrun, name, x, y))
+                curve_rows.append((key, subrun, name, x, y))
     if not rows:
         fail(f"no finished run logged {tag!r}; pick one with --tag")
     scores = pd.DataFrame(rows)
@@ -525,7 +538,7 @@ def main(argv=None):
     columns = config_columns(scores.drop(columns=["final", "best", "ddr"]), list(dict.fromkeys(grid_flags)))
     for c in columns:
         scores[c] = scores[c].astype(str)
-    scores["normalised"] = [float(human_normalised(s, e)) for s, e in zip(scores.final, scores.env)]
+    scores["normalised"] = [float(human_normalised(s, e)) if normalise else s for s, e in zip(scores.final, scores.env)]
     chosen = ""
     if opts.best_of:
         if opts.best_of not in columns:
@@ -540,6 +553,11 @@ def main(argv=None):
     order = [config_label(r, columns) for r in combos]
     scores["config"] = [config_label(r, columns) for r in scores.to_dict("records")]
     statistic = opts.statistic if opts.statistic != "auto" else ("iqm" if scores.env.nunique() > 1 else "mean")
+    if statistic == "mean" and scores.env.nunique() > 1:
+        seeds = scores.groupby(["config", "env"]).seed.apply(frozenset).groupby("config").nunique()
+        if (seeds > 1).any():
+            fail(f"--statistic mean over several envs needs the same seeds in every env (config {seeds.idxmax()!r} has "
+                 "a run missing); use --statistic iqm, which aggregates the runs that exist")
 
     meta = scores.set_index(["run", "subrun"])[["config", "env", "seed"]]
     runs_frame = pd.DataFrame(
@@ -547,10 +565,10 @@ def main(argv=None):
     runs_frame = runs_frame.join(meta, on=["run", "subrun"], how="inner")
     runs_frame["normalised"] = runs_frame.value
     for env, at in runs_frame[runs_frame.tag == tag].groupby("env"):
-        runs_frame.loc[at.index, "normalised"] = human_normalised(at.value.to_numpy(), env)
+        runs_frame.loc[at.index, "normalised"] = human_normalised(at.value.to_numpy(), env) if normalise else at.value
 
-    out = Path(opts.out_dir) / "analysis"
-    out.mkdir(exist_ok=True)
+    out = Path(opts.output) if opts.output else Path(opts.out_dirs[0]) / "analysis"
+    out.mkdir(parents=True, exist_ok=True)
     write = (lambda f, name: f.to_csv(out / f"{name}.csv", index=False)) if opts.format == "csv" else (lambda f, name: f.to_parquet(out / f"{name}.parquet"))
     write(scores, "scores")
     write(runs_frame, "runs")
@@ -558,16 +576,16 @@ def main(argv=None):
     table["order"] = table.config.map({c: i for i, c in enumerate(order)})
     table = table.sort_values("order").drop(columns="order")
     table.to_csv(out / "aggregate.csv", index=False)
-    curves = config_curves(runs_frame, tag, statistic, opts.points, max(opts.reps // 10, 100))
+    curves = config_curves(runs_frame, tag, statistic, opts.points, max(opts.reps // 10, 100), opts.seed)
     curves.to_csv(out / "curves.csv", index=False)
 
     unit = "iterations (policy updates)" if opts.x_unit == "iterations" else STEP_UNIT.get(sorted(scripts)[0], "environment steps")
-    normalised = any(game(e) for e in scores.env) and "return" in tag
+    normalised = normalise and any(game(e) for e in scores.env)
     ylabel = "human-normalised score" if normalised else tag
     figures = {f"learning curves ({statistic}, 95% CI)": "curves.png"}
     plot_curves(curves, order, statistic, ylabel, unit, out / "curves.png")
     if opts.x_flag in columns:
-        plot_against_flag(scores, columns, opts.x_flag, statistic, opts.reps, ylabel, out / "final_vs_flag.png")
+        plot_against_flag(scores, columns, opts.x_flag, statistic, opts.reps, ylabel, out / "final_vs_flag.png", opts.seed)
         figures[f"final {statistic} against {opts.x_flag}"] = "final_vs_flag.png"
     if runs_frame.tag.str.startswith(DYNAMICS).any():
         for env in sorted(runs_frame[runs_frame.tag.str.startswith(DYNAMICS)].env.unique()):
@@ -587,7 +605,7 @@ def main(argv=None):
     how = ("rliable IQM, mean, median and optimality gap over envs x seeds, 95% stratified bootstrap CIs"
            if statistic == "iqm" else "mean over seeds, 95% Student-t CI")
     shown = table.drop(columns=[c for c in columns], errors="ignore")
-    report = [f"# {Path(opts.out_dir).resolve().name}\n",
+    report = [f"# {' + '.join(Path(d).resolve().name for d in opts.out_dirs)}\n",
               f"{len(done)} finished runs of {len(registered)} registered; final score = mean of `{tag}` over the last "
               f"{opts.final_fraction:.0%} of training ({ylabel}); {how}" + (f", {opts.reps} resamples, seed {opts.seed}.\n" if statistic == "iqm" else ".\n"),
               markdown_table(shown)] + ([f"\n--best-of {opts.best_of} (chosen on these runs): {chosen}.\n"] if chosen else []) + [

@@ -68,8 +68,10 @@ from benchmark.common import load_script  # noqa: E402
 
 # Args fields that cannot change what a run learns: left out of its identity
 NON_IDENTITY = ("save_every", "track", "wandb_project_name", "wandb_entity")
+DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
 BAD_INPUT, REQUEUE = 2, 75  # the scripts' exit status for bad flags; "preempted, checkpointed: requeue me"
-NAME_LIMIT = 160  # characters of the readable part of a run's name (file names stop at 255)
+CHECKPOINT = re.compile(r"iter_(\d+)\.(npz|pt)")  # the scripts' checkpoint files, runs/<tb run>/checkpoints/iter_<N>.npz
+NAME_LIMIT = 150  # characters of the readable part of a run's name (file names stop at 255)
 
 
 def fail(message):
@@ -132,8 +134,9 @@ def parse_args(script, argv):
         fail(f"{script}.py rejects `{' '.join(argv)}`: {reason}")
 
 
-def resolved_copy(script, args):
-    """A copy of `args` through the script's own resolve_args (its bad-input rules); fail() with its message."""
+def resolved_copy(script, args, strict=True):
+    """A copy of `args` through the script's own resolve_args (its bad-input rules); fail() with its message
+    (strict=False: None instead)."""
     module = script_module(script)
     probe = copy.deepcopy(args)
     try:
@@ -142,15 +145,38 @@ def resolved_copy(script, args):
         else:
             module.resolve_args(probe)
     except module.BadFlag as e:
+        if not strict:
+            return None
         fail(f"{script}.py: {e}")
     return probe
 
 
-def identity(script, args):
-    """(canonical JSON, short hash) of a run: the script and every resolved field of Args but NON_IDENTITY."""
-    fields = {k: v for k, v in sorted(dataclasses.asdict(args).items()) if k not in NON_IDENTITY}
+def identity(script, resolved):
+    """(fields, short hash) of a run: every field of its Args after the script's own resolve_args (defaults and
+    derived values filled in: `--num-minibatches 32` given or left to default is one run), but NON_IDENTITY."""
+    fields = {k: v for k, v in sorted(dataclasses.asdict(resolved).items()) if k not in NON_IDENTITY + ("num_devices",)}
     canonical = json.dumps({"script": script, "args": fields}, sort_keys=True, default=str)
-    return canonical, hashlib.sha256(canonical.encode()).hexdigest()[:10]
+    return json.loads(canonical)["args"], hashlib.sha256(canonical.encode()).hexdigest()[:10]
+
+
+@functools.lru_cache(maxsize=None)
+def default_fields(script, env_field, env_id):
+    """The resolved fields of the script's defaults (with this env): what a run's readable name leaves out."""
+    args = script_module(script).Args()
+    if env_id is not None:
+        setattr(args, env_field, env_id)
+    resolved = resolved_copy(script, args, strict=False)
+    return identity(script, resolved or args)[0]
+
+
+def run_name(script, env_field, env_id, seed, fields, digest):
+    """<script>__<env>__<flag=value of every resolved field off its default, sorted>__s<seed>__<hash>: a function
+    of the identity alone, so one run has one directory whatever the order or spelling of its flags."""
+    defaults = default_fields(script, env_field, env_id)
+    label = "__".join(f"{k.replace('_', '-')}={readable(v)}" for k, v in fields.items()
+                      if k not in (env_field, "seed") + DERIVED and v != defaults.get(k)) or "default"
+    name = "__".join(x for x in (script, env_id and readable(env_id), label) if x)
+    return f"{name[:NAME_LIMIT]}__s{seed}__{digest}"
 
 
 def readable(text):
@@ -161,6 +187,16 @@ def expand(opts, grid):
     """Every run of the grid: a dict with its name, identity, env, seed, grid flags, argv and resolved Args."""
     check_flags(opts.script, list(grid) + [opts.env_flag] * bool(opts.env_ids))
     fields = {f.name for f in dataclasses.fields(script_module(opts.script).Args)}
+    owned = {"--seed": "--seeds"}  # grid flags the launcher sets itself
+    if opts.env_ids:
+        owned[opts.env_flag] = "--env-ids"
+    if opts.fixed_budget or (opts.iterations and "total_timesteps" in fields):
+        owned["--total-timesteps"] = "--fixed-budget/--iterations"
+    elif opts.iterations:
+        owned["--num-steps"] = "--iterations"
+    for flag, by in owned.items():
+        if flag in grid:
+            fail(f"{flag} after -- is set by the launcher's {by}; give it there only")
     if (opts.fixed_budget or opts.iterations) and "total_timesteps" not in fields and opts.script != "noisy_sgd":
         fail(f"--fixed-budget/--iterations: {opts.script}.py has no --total-timesteps")
     if opts.fixed_budget and "total_timesteps" not in fields:
@@ -188,14 +224,12 @@ def expand(opts, grid):
         flags, args = parsed[values]
         args = dataclasses.replace(args, seed=seed, **({field_of(opts.env_flag): env_id} if env_id is not None else {}))
         probe = resolved_copy(opts.script, args)  # the script's own bad-input rules, for this env and seed
-        canonical, digest = identity(opts.script, args)
+        resolved, digest = identity(opts.script, probe)
         shown = {**flags, **{s: "on" for s in switches}}
-        label = "__".join(f"{f.lstrip('-')}={readable(v)}" for f, v in shown.items()) or "default"
-        name = "__".join(x for x in (opts.script, env_id and readable(env_id), label, f"s{seed}") if x)
-        argv = command_line(args, fields)
-        runs.append({"name": f"{name[:NAME_LIMIT]}__{digest}", "id": digest, "script": opts.script, "env": env_id or "",
-                     "env_field": field_of(opts.env_flag), "seed": seed, "flags": shown, "argv": argv,
-                     "resolved": json.loads(canonical)["args"], **({"batch_size": probe.batch_size} if hasattr(probe, "batch_size") else {})})
+        name = run_name(opts.script, field_of(opts.env_flag), env_id, seed, resolved, digest)
+        runs.append({"name": name, "id": digest, "script": opts.script, "env": env_id or "",
+                     "env_field": field_of(opts.env_flag), "seed": seed, "flags": shown, "argv": command_line(args, fields),
+                     "resolved": resolved, **({"batch_size": probe.batch_size} if hasattr(probe, "batch_size") else {})})
     return runs
 
 
@@ -247,8 +281,14 @@ def register(opts, runs):
         if not (d / "command.json").exists():
             write_json(d / "command.json", run)
         link = links / run["name"]
-        if link.resolve() != d.resolve():
+        if link.resolve() == d.resolve():
+            continue
+        if link.is_symlink():  # a stale link (the store moved)
+            link.unlink(missing_ok=True)
+        try:
             link.symlink_to(os.path.relpath(d, links), target_is_directory=True)
+        except FileExistsError:  # another launcher linked it meanwhile
+            pass
 
 
 def write_json(path, record):
@@ -267,9 +307,8 @@ def status(opts, run):
 
 def newest_checkpoint(d):
     """The checkpoint with the highest iteration under the run's TensorBoard runs (None if there is none)."""
-    found = [p for p in (d / "runs").glob("*/checkpoints/*") if p.is_file() and not p.name.startswith(".")]
-    number = lambda p: int((re.findall(r"\d+", p.stem) or ["-1"])[-1])
-    return max(found, key=lambda p: (number(p), p.stat().st_mtime), default=None)
+    found = [p for p in (d / "runs").glob("*/checkpoints/*") if CHECKPOINT.fullmatch(p.name)]  # not a .tmp being written
+    return max(found, key=lambda p: (int(CHECKPOINT.fullmatch(p.name)[1]), p.stat().st_mtime), default=None)
 
 
 def rotate_log(d):
@@ -283,9 +322,11 @@ class Attempt:
     """One run of a grid point in its store directory, under its lock; `stop()` forwards SIGTERM to it."""
 
     def __init__(self):
-        self.process = None
+        self.process, self.stopped = None, False
 
     def __call__(self, run, store, env=None, cpus=None):
+        if self.stopped:
+            return "stopped"
         d = Path(store) / run["name"]
         lock = FileLock(d / ".lock")
         try:
@@ -324,7 +365,8 @@ class Attempt:
                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             )
             returncode = self.process.wait()
-        state = {0: "done", REQUEUE: "preempted"}.get(returncode, "failed")
+        # preempted: it said so (75), or it was stopped by SIGTERM (ours, or the cluster's)
+        state = "done" if returncode == 0 else "preempted" if returncode in (REQUEUE, -signal.SIGTERM) or self.stopped else "failed"
         if state == "failed" and newest_checkpoint(d) is None:  # keep the log, drop what the run half-wrote
             for partial in ("runs", "wandb"):
                 shutil.rmtree(d / partial, ignore_errors=True)
@@ -333,6 +375,7 @@ class Attempt:
         return state
 
     def stop(self):
+        self.stopped = True
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -455,7 +498,7 @@ def launch_slurm(todo, opts):
 
 def summary(runs, outcome, opts):
     """Print a table of every run and a count line; {state: count}."""
-    counts = {s: 0 for s in ("done", "skipped", "failed", "busy", "preempted", "queued")}
+    counts = {s: 0 for s in ("done", "skipped", "failed", "busy", "preempted", "queued", "stopped")}
     print("\n| run | status | exit | log |\n|---|---|---|---|")
     for run in runs:
         state = outcome.get(run["name"], "skipped")
@@ -483,8 +526,9 @@ def build_parser():
     parser.add_argument("--iterations", type=int, default=0, help="without --fixed-budget: budget = iterations x batch")
     parser.add_argument("--out-dir", default=os.environ.get("OUT_DIR", "grids"), help="the grid's directory (env OUT_DIR)")
     parser.add_argument("--store", default=None, help="where runs live, shared by grids (default: <out-dir>/runs)")
-    parser.add_argument("--save-every", type=int, default=0,
-                        help="give scripts that checkpoint --save-every N (not part of a run's identity; 0: the script's default)")
+    parser.add_argument("--save-every", type=int, default=50,
+                        help="give scripts that checkpoint --save-every N iterations, so a retry or a requeued job resumes "
+                             "(not part of a run's identity; 0: the script's own default)")
     parser.add_argument("--workers", type=int, default=1, help="local runs at once")
     parser.add_argument("--retries", type=int, default=0, help="re-runs of a failed run (bad input, exit 2, is never retried)")
     parser.add_argument("--dry-run", action="store_true", help="check the grid and print the commands only")
@@ -520,9 +564,10 @@ def main(argv=None):
             fail(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(opts, flag)})")
     if not opts.seeds or any(not 0 <= s < 2**31 for s in opts.seeds):
         fail(f"--seeds must lie in [0, 2^31) (got {opts.seeds})")
-    opts.store = opts.store or str(Path(opts.out_dir) / "runs")
+    opts.out_dir = os.path.abspath(opts.out_dir)
+    opts.store = os.path.abspath(opts.store or os.path.join(opts.out_dir, "runs"))
     runs = expand(opts, parse_grid(argv[split + 1:]))
-    if len({run["name"] for run in runs}) < len(runs):
+    if len({run["id"] for run in runs}) < len(runs):
         fail("the grid names one run twice (a value repeated, or two values that resolve to one command)")
     if opts.dry_run:
         for run in runs:

@@ -113,7 +113,8 @@ def test_human_normalisation(env, score, expected):
 
 def test_downsample_keeps_few_steps_and_bins_many():
     x, y = analyze.downsample(np.array([0, 10, 10, 20]), np.array([1.0, 2.0, 4.0, 5.0]), points=5)
-    np.testing.assert_array_equal(x, [0, 10, 20]) and np.testing.assert_array_equal(y, [1, 3, 5])
+    np.testing.assert_array_equal(x, [0, 10, 20])
+    np.testing.assert_array_equal(y, [1, 3, 5])
     steps = np.arange(1000)
     x, y = analyze.downsample(steps, steps * 2.0, points=10)
     assert len(x) == 10 and x[0] == pytest.approx(49.5) and y[-1] == pytest.approx(2 * 949.5)
@@ -136,10 +137,14 @@ def test_run_identity_is_the_resolved_command(tmp_path, capsys):
     assert pilot != real  # the budget is part of the identity
     a = names(tmp_path, base + ["--", "--num-steps", "100", "--dim", "20"], capsys)
     b = names(tmp_path, base + ["--", "--dim", "20", "--num-steps", "100"], capsys)
-    assert [n.split("__")[-1] for n in a] == [n.split("__")[-1] for n in b]  # the order of flags does not matter
+    assert a == b  # the order of flags does not matter: one directory
     default = names(tmp_path, base + ["--", "--num-steps", "100"], capsys)
-    given = names(tmp_path, base + ["--", "--num-steps", "100", "--dim", "50"], capsys)  # 50 is the default
-    assert default[0].split("__")[-1] == given[0].split("__")[-1]
+    given = names(tmp_path, base + ["--", "--num-steps", "100", "--dim", "50", "--noise-std", str(3 / 50 ** 0.5)], capsys)
+    assert default == given  # 50 is the default dim, 3/sqrt(50) the noise resolve_args fills in
+    # a run two runners share (Fig. 1's 8 x 128 and the epochs grid's, with explicit defaults) is one directory
+    atari = ["--script", "ppo_atari_envpool", "--env-ids", "Pong-v5", "--fixed-budget", "--total-timesteps", "1000000"]
+    assert names(tmp_path, atari + ["--", "--num-envs", "8", "--num-steps", "128"], capsys) == \
+        names(tmp_path, atari + ["--", "--update-epochs", "4", "--num-steps", "128", "--num-envs=8", "--num-minibatches", "4"], capsys)
     assert names(tmp_path, base + ["--", "--num-steps=100"], capsys) == pilot  # --flag=value is a value
     long = names(tmp_path, base + ["--", "--num-steps", "100", "--exp-name", "x" * 300], capsys)
     assert len(long[0]) < 200
@@ -164,6 +169,8 @@ def test_budgets_from_iterations_follow_the_scripts_own_batch(tmp_path, capsys):
     (["--", "--step-sizes", "2.0"], "--step-sizes must each lie in (0, 1)"),  # the script's own resolve_args
     (["--fixed-budget", "--total-timesteps", "5"], "noisy_sgd.py has no --total-timesteps"),
     (["--seeds", "2147483648"], "--seeds must lie in [0, 2^31)"),
+    (["--", "--seed", "3"], "--seed after -- is set by the launcher's --seeds"),
+    (["--iterations", "5", "--", "--num-steps", "3"], "--num-steps after -- is set by the launcher's --iterations"),
     (["--workers", "0"], "--workers must be positive"),
 ])
 def test_bad_flags_stop_the_launch_with_one_line(tmp_path, grid, text):
@@ -255,7 +262,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_on_retry(tmp_path):
         time.sleep(0.2)
     (run_dir,) = (p.parent.resolve() for p in tmp_path.glob("runs/*/command.json"))
     wait_for_checkpoint(run_dir, launcher)
-    subprocess.run(["pkill", "-9", "-f", "ppo_ewma_jax.py --env-id CartPole-v1 --eval-every 0"])
+    (script,) = psutil.Process(launcher.pid).children()  # the launcher runs the script as its child
+    script.kill()
     output = launcher.communicate(timeout=600)[0]
     assert launcher.returncode == 0 and "failed with exit status -9" in output, output
     assert_resumed(run_dir)
@@ -295,6 +303,10 @@ def grid(tmp_path_factory):
     return out, first, again
 
 
+def resolved(run_dir):
+    return json.loads((run_dir / "command.json").read_text())["resolved"]
+
+
 def test_grid_runs_then_skips(grid):
     out, first, again = grid
     assert first == {"done": 4, "skipped": 0, "failed": 0}
@@ -311,7 +323,7 @@ def test_analysis_of_the_grid(grid):
     # one game: the mean over seeds of the final scores, checked against the raw event files by hand
     for envs, row in zip([4, 8], aggregate.itertuples()):
         finals = []
-        for run_dir in (out / "runs").glob(f"*num-envs={envs}__*"):
+        for run_dir in [d for d in (out / "runs").iterdir() if resolved(d)["num_envs"] == envs]:
             merged, _ = analyze.read_run(run_dir, {"charts/episodic_return"})
             steps, values = merged[""]["charts/episodic_return"]
             finals.append(values[steps >= steps.max() - 0.1 * (steps.max() - steps.min())].mean())
@@ -335,7 +347,7 @@ def test_best_of_keeps_the_best_value_of_a_flag(grid):
 
 def test_a_missing_run_is_listed_and_the_rest_aggregated(grid):
     out = grid[0]
-    victim = next((out / "runs").glob("*num-envs=8__*s2__*")).resolve()
+    victim = next(d for d in (out / "runs").iterdir() if resolved(d)["num_envs"] == 8 and resolved(d)["seed"] == 2).resolve()
     (victim / "done.json").rename(victim / "done.json.bak")
     try:
         aggregate = analyze.main([str(out), "--reps", "100", "--points", "4"]).set_index("config")
@@ -344,6 +356,15 @@ def test_a_missing_run_is_listed_and_the_rest_aggregated(grid):
         assert "## Missing and failed runs" in report and f"| {victim.name} | not finished |" in report
     finally:
         (victim / "done.json.bak").rename(victim / "done.json")
+
+
+def test_grids_sharing_a_store_share_a_run(tmp_path):
+    argv = ["--script", "noisy_sgd", "--seeds", "1", "--dry-run", "--store", str(tmp_path / "store"), "--", "--num-steps", "10"]
+    for grid in ("a", "b", "b"):  # b twice: a relaunch finds its links in place
+        opts = launch.build_parser().parse_args(argv[:argv.index("--")] + ["--out-dir", str(tmp_path / grid)])
+        launch.register(opts, launch.expand(opts, launch.parse_grid(argv[argv.index("--") + 1:])))
+    (run,) = (tmp_path / "store").iterdir()
+    assert [p.resolve() for p in (tmp_path / "a" / "runs").iterdir()] == [p.resolve() for p in (tmp_path / "b" / "runs").iterdir()] == [run]
 
 
 def test_slurm_path_through_submitit_debug_executor(tmp_path):
@@ -364,8 +385,8 @@ RUNNER_GRIDS = {
     "atari10_encoders.sh": 2 * 10 * 5 * 7, "pqn_nenvs.sh": 10 * 5 * (7 + 3), "rnd_nenvs.sh": 2 * 2 * 5 * 4,
     "lr_sensitivity.sh": 10 * 5 * (1 + 3 + 3), "gamma_sensitivity.sh": 10 * 5 * 3 * (3 + 2),
     "recipes.sh": 5 * (5 * 3 + 4), "com_eps.sh": 3 * 5 * 5, "stag_fig5b_eps.sh": 5 * 5,
-    "stag_fig3a_resume.sh": 5, "stag_fig4_lr.sh": 3 * 3 * 3 * 2, "stag_fig6_epochs.sh": 3 * 4 * (4 + 3),
-    "stag_fig7_minibatch.sh": 3 * 3 * (3 + 2), "ddr_budgets.sh": 3 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 1 + 2,
+    "stag_fig3a_resume.sh": 5 * 2, "stag_fig4_lr.sh": 3 * 3 * 3 * 2, "stag_fig6_epochs.sh": 3 * 4 * (4 + 3),
+    "stag_fig7_minibatch.sh": 3 * 3 * (3 + 2), "ddr_budgets.sh": 3 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 5 * (1 + 2),
     "sfl_scaling.sh": 3 * 3,
 }
 
@@ -399,7 +420,8 @@ def test_smoke_runner_runs_its_grid_and_analysis(tmp_path):
     for grid in ["step_sizes", "switch"]:
         assert "![learning curves (mean, 95% CI)](curves.png)" in (tmp_path / "out" / grid / "analysis" / "report.md").read_text()
     aggregate = pd.read_csv(tmp_path / "out" / "switch" / "analysis" / "aggregate.csv").set_index("config")
-    assert len(aggregate) == 8  # 2 switch targets x 4 starting step sizes
+    assert len(aggregate) == 8 and (aggregate.runs == 5).all()  # 2 switch targets x 4 starting step sizes, 5 seeds
+    assert (aggregate.mean_low < aggregate["mean"]).all()  # a CI over seeds
     # 100 steps after switching to 0.3, every step size's run sits on 0.3's plateau, ||x|| ~ sqrt(9 0.3 / (4 0.7))
     to_03 = aggregate[aggregate.index.str.contains("switch-step-size=0.3 ")]
     assert len(to_03) == 4 and ((-1.4 < to_03["mean"]) & (to_03["mean"] < -0.6)).all()

@@ -5,6 +5,7 @@
 #   grow (Fig. 1b): the batch grown from 8 x 128 through N_envs (16, 32, 64 envs at 128 steps) against through rollout
 #   length (8 envs at 256, 512, 1024 steps); the N_envs arm also runs 1, 2 and 4 envs (this project's range).
 # The x2/x4/x8 factors are this project's reading (the text lost them).
+# 100M env steps per run is SPEC's protocol; the rebuttal also compares across gradient steps (analyze --x-unit iterations).
 source "$(dirname "$0")/common.sh"
 if smoke; then
     GAMES="Breakout-v5"; SEEDS="1 2"; BUDGET=2048; NENVS="2 4"; STEPS=16; BATCH=32; ROLLOUTS="32 64"; BASE_ENVS=2

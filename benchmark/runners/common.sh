@@ -16,7 +16,7 @@ OUT_DIR="${OUT_DIR:-grids/$(basename "$0" .sh)}"
 RUN_STORE="${RUN_STORE:-$(dirname "$OUT_DIR")/store}"
 ATARI10="Amidar-v5 Bowling-v5 Frostbite-v5 KungFuMaster-v5 Riverraid-v5 BattleZone-v5 DoubleDunk-v5 NameThisGame-v5 Phoenix-v5 Qbert-v5"
 FAILED=0
-trap 'exit $FAILED' EXIT
+trap 'rc=$?; exit $(( rc ? rc : FAILED ))' EXIT  # a crash keeps its status; else 1 if a grid failed
 
 smoke() { [[ "${SMOKE:-0}" == 1 ]]; }
 dry_run() { [[ "${DRY_RUN:-0}" == 1 ]]; }
@@ -50,4 +50,16 @@ analyze() {
         return 0
     fi
     "$PY" "$ROOT/benchmark/analyze.py" "$OUT_DIR/$name" "$@" || { echo "runner: grid $name: analysis exited $? (continuing)" >&2; FAILED=1; }
+}
+
+# compare <name> "<grid> <grid> ..." <analysis flags...>: one analysis of several grids (the grid is a config column),
+# under $OUT_DIR/<name>/analysis
+compare() {
+    local name="$1" grids="$2"; shift 2
+    dry_run && return 0
+    if on_slurm && [[ "${ANALYZE_ONLY:-0}" != 1 ]]; then return 0; fi
+    local dirs=()
+    for grid in $grids; do dirs+=("$OUT_DIR/$grid"); done
+    "$PY" "$ROOT/benchmark/analyze.py" "${dirs[@]}" --output "$OUT_DIR/$name/analysis" "$@" \
+        || { echo "runner: comparison $name: analysis exited $? (continuing)" >&2; FAILED=1; }
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stagnation Fig. 6: update epochs against regularisation on Kinetix locomotion, 3 seeds, 1000 iterations:
 # (a) PPO-EWMA, epochs {2, 4, 8, 16} x COM {4, 16, 64, 256}; (b) standard PPO, epochs x epsilon {0.1, 0.2, 0.4}.
-# Values: this project's choice (the figure's exact grid is not in the text).
+# Values: this project's choice (the figure's exact grid is not in the text). The paper's epsilon = 0 (Fig. 6b, left) cannot
+# run here: ppo_ewma_jax.py requires --clip-coef > 0.
 source "$(dirname "$0")/common.sh"
 if smoke; then
     SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-envs 16 --num-steps 16 --num-minibatches 4); ITER=4; EPOCHS="1 4"
