@@ -9,8 +9,9 @@ Writes a synthetic grid with the shape of `runners/atari10_nenvs.sh` at the pape
 --scale of each run's iterations (the full grid is ~1.2 billion records, ~60 GB of event files). Then runs the
 analysis as a user would (a separate process, --jobs workers) and reports records/s, wall time and peak memory
 (the largest process, and main + jobs x the largest worker as a bound), and extrapolates the wall time to the full
-grid at the measured rate. Event records are framed as TensorBoard frames them, without CRCs (the analysis does
-not read them; TensorBoard's own reader would refuse these files).
+grid at the measured rate. Event records are framed and serialised as TensorBoard's writer does, without CRCs (the analysis
+does not read them; TensorBoard's own reader would refuse these files). records/s is the grid's records over the
+time the analysis took to read them, whatever it skipped.
 """
 import argparse
 import json
@@ -49,9 +50,10 @@ def record(event):
 
 
 def write_run(path, batch, iterations, rng):
-    """One run's event file: per iteration the 11 tags, a return every 8 iterations and dynamics every 10."""
+    """One run's event file: per iteration the 11 tags, a return every 8 iterations and dynamics every 10;
+    (records, records of the tags the analysis reads)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    chunks, count = [], 0
+    chunks, count, wanted = [], 0, 0
     with open(path, "wb") as f:
         for i in range(1, iterations + 1):
             step = i * batch
@@ -62,31 +64,33 @@ def write_run(path, batch, iterations, rng):
                                         summary=summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=value)]))
                 chunks.append(record(event))
             count += len(tags)
+            wanted += len(tags) - len(PER_ITERATION)
             if len(chunks) > 20000:
                 f.write(b"".join(chunks))
                 chunks = []
         f.write(b"".join(chunks))
-    return count
+    return count, wanted
 
 
 def write_grid(out, scale, opts):
-    """The synthetic grid in launch.py's layout; the number of records written."""
+    """The synthetic grid in launch.py's layout; (records written, records of the tags the analysis reads)."""
     shutil.rmtree(out, ignore_errors=True)
-    rng, total = np.random.default_rng(0), 0
+    rng, total, wanted = np.random.default_rng(0), 0, 0
     for env in GAMES[:opts.games]:
         for seed in range(1, opts.seeds + 1):
             for n, t, iterations in configs(opts.budget, opts.num_steps, opts.batch, opts.nenvs):
                 name = f"ppo_atari_envpool__{env}__num-envs={n}__num-steps={t}__s{seed}"
                 d = out / "runs" / name
-                total += write_run(d / "runs" / f"{env}__run" / f"events.out.tfevents.{1700000000 + seed}.synthetic",
-                                   n * t, max(1, int(iterations * scale)), rng)
+                count, reads = write_run(d / "runs" / f"{env}__run" / f"events.out.tfevents.{1700000000 + seed}.synthetic",
+                                         n * t, max(1, int(iterations * scale)), rng)
+                total, wanted = total + count, wanted + reads
                 command = {"name": name, "id": name, "script": "ppo_atari_envpool", "env": env, "env_field": "env_id",
                            "seed": seed, "flags": {"--num-envs": str(n), "--num-steps": str(t)}, "argv": [],
                            "resolved": {"env_id": env, "seed": seed, "num_envs": n, "num_steps": t, "total_timesteps": opts.budget},
                            "batch_size": n * t}
                 (d / "command.json").write_text(json.dumps(command))
                 (d / "done.json").write_text("{}")
-    return total
+    return total, wanted
 
 
 def full_records(opts):
@@ -122,7 +126,7 @@ def main():
     for scale in opts.scale:
         out = Path(opts.out) / f"scale_{scale}"
         t = time.time()
-        written = write_grid(out, scale, opts)
+        written, wanted = write_grid(out, scale, opts)
         size = sum(p.stat().st_size for p in out.rglob("events.out.*"))
         print(f"scale {scale}: wrote {written:,} records ({size / 2**20:.0f} MiB) in {time.time() - t:.0f} s", flush=True)
         t = time.time()
@@ -132,9 +136,9 @@ def main():
         seconds = time.time() - t
         if result.returncode:
             raise SystemExit(result.stderr[-3000:])
-        read = re.search(r"read (\d+) records of \d+ runs in ([\d.]+) s", result.stdout)
-        if not read or int(read.group(1)) != written:
-            raise SystemExit(f"the analysis did not read every record written ({written}):\n{result.stdout[-2000:]}")
+        read = re.search(r"read (\d+) values from [\d.]+ MiB of event files of \d+ runs in ([\d.]+) s", result.stdout)
+        if not read or int(read.group(1)) != wanted:
+            raise SystemExit(f"the analysis did not read every value of its tags ({wanted} written):\n{result.stdout[-2000:]}")
         read_seconds = float(read.group(2))
         largest = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 2**20  # KiB -> GiB
         rate = written / read_seconds
@@ -148,6 +152,12 @@ def main():
               f"{rows[-1]['full_grid_minutes']} min", flush=True)
         if not opts.keep:
             shutil.rmtree(out, ignore_errors=True)
+    if len(rows) > 1:  # the marginal rate between the two largest scales leaves out per-run and start-up costs
+        a, b = rows[-2], rows[-1]
+        marginal = (b["records"] - a["records"]) / max(b["read_seconds"] - a["read_seconds"], 1e-9)
+        full = b["read_seconds"] + (full_records(opts) - b["records"]) / marginal + b["rest_seconds"]
+        print(f"marginal rate between scales {a['scale']} and {b['scale']}: {marginal:,.0f} records/s; "
+              f"full grid: {full / 60:.1f} min")
     print(json.dumps({"machine": machine, "jobs": opts.jobs, "rows": rows}, indent=1))
 
 

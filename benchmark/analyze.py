@@ -4,7 +4,7 @@
     python benchmark/analyze.py grids/nenvs --tag charts/episodic_return --final-fraction 0.1
 
 The analysis streams: it reads only the tags it reports (the score, `dynamics/*`, and `charts/ddr`
-with --ddr), run by run (--jobs processes), straight from the event files' records, and keeps per
+with --ddr), run by run (--jobs processes), straight from the event files' bytes, and keeps per
 run only its final and best score, its median DDR and its curves downsampled to --points. A run
 resumed from a checkpoint has several TensorBoard runs: each later one replaces the earlier ones'
 values from its first logged step on. A script's TensorBoard sub-runs (noisy_sgd's step sizes) are
@@ -93,38 +93,103 @@ def human_normalised(score, env_id):
 # ---------------------------------------------------------------------------------------------
 # Reading: event files record by record, only the wanted tags
 # ---------------------------------------------------------------------------------------------
-def read_event_file(path, tags, prefixes=()):
-    """({tag: (steps int64 array, values float64 array)}, records scanned) of the wanted scalars of one file.
+LENGTH, FLOAT = struct.Struct("<Q"), struct.Struct("<f")
 
-    An event file is a sequence of records (8-byte length, 4-byte CRC, an Event proto, 4-byte CRC);
-    only records that contain a wanted tag's bytes are parsed. CRCs are not checked (TensorBoard's
-    reader does, in pure Python, at ~30k records/s); a truncated last record (a killed run) is dropped."""
+
+def read_event_file(path, tags, prefixes=(), fast=True):
+    """({tag: (steps int64 array, values float64 array)}, bytes read) of the wanted scalars of one event file.
+
+    An event file is a sequence of records (8-byte length, 4-byte CRC, an Event proto, 4-byte CRC). The fast path
+    finds the wanted tags' bytes in the whole file and reads each scalar event around them (`_scalar_at`); if any
+    occurrence is not exactly a one-value `simple_value` event framed as a record, the file is read record by
+    record instead, parsing (with TensorBoard's protobuf) only the records that contain a wanted tag's bytes. CRCs
+    are not checked (TensorBoard's reader does, in pure Python, at ~30k records/s); a truncated last record (a
+    killed run) is dropped."""
     keys = [t.encode() for t in tags] + [p.encode() for p in prefixes]
-    found, records = {}, 0
     with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
             return {}, 0
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-            size, pos, length, parse, find = len(buf), 0, struct.Struct("<Q").unpack_from, event_pb2.Event.FromString, buf.find
-            while pos + 12 <= size:
-                (n,) = length(buf, pos)
-                start, pos = pos + 12, pos + 16 + n
-                if pos > size:
-                    break
-                records += 1
-                for key in keys:
-                    if find(key, start, start + n) != -1:
-                        break
-                else:
-                    continue
-                event = parse(buf[start:start + n])
-                for value in event.summary.value:
-                    if value.tag in tags or value.tag.startswith(prefixes):
-                        number = value.simple_value if value.HasField("simple_value") else _tensor_value(value.tensor)
-                        steps, values = found.setdefault(value.tag, (array("q"), array("d")))
-                        steps.append(event.step)
-                        values.append(number)
-    return {tag: (np.frombuffer(s, np.int64), np.frombuffer(v, np.float64)) for tag, (s, v) in found.items()}, records
+            found = _find_scalars(buf, keys, tags, prefixes) if fast else None
+            if found is None:
+                found = _walk_records(buf, keys, tags, prefixes)
+    return {tag: (np.frombuffer(s, np.int64), np.frombuffer(v, np.float64)) for tag, (s, v) in found.items()}, size
+
+
+def _walk_records(buf, keys, tags, prefixes):
+    found, size, pos, parse, find = {}, len(buf), 0, event_pb2.Event.FromString, buf.find
+    while pos + 12 <= size:
+        (n,) = LENGTH.unpack_from(buf, pos)
+        start, pos = pos + 12, pos + 16 + n
+        if pos > size:
+            break
+        for key in keys:
+            if find(key, start, start + n) != -1:
+                break
+        else:
+            continue
+        event = parse(buf[start:start + n])
+        for value in event.summary.value:
+            if value.tag in tags or value.tag.startswith(prefixes):
+                number = value.simple_value if value.HasField("simple_value") else _tensor_value(value.tensor)
+                steps, values = found.setdefault(value.tag, (array("q"), array("d")))
+                steps.append(event.step)
+                values.append(number)
+    return found
+
+
+def _find_scalars(buf, keys, tags, prefixes):
+    """The wanted scalars located by their tag bytes, or None when an occurrence is not a plain scalar record."""
+    hits = set()
+    for key in keys:
+        p = buf.find(key)
+        while p != -1:
+            hits.add(p)
+            p = buf.find(key, p + 1)
+    found = {}
+    for p in sorted(hits):
+        scalar = _scalar_at(buf, p)
+        if scalar is None:
+            return None
+        tag, step, value = scalar
+        if tag in tags or tag.startswith(prefixes):  # (the key may be the start of a longer tag: not wanted)
+            steps, values = found.setdefault(tag, (array("q"), array("d")))
+            steps.append(step)
+            values.append(value)
+    return found
+
+
+def _scalar_at(buf, p):
+    """(tag, step, value) of the record whose scalar tag starts at byte p, or None unless the bytes around p are
+    exactly one record [length][crc] Event{1: wall_time, 2: step, 5: Summary{1: Value{1: tag, 2: simple_value}}}
+    with one-byte lengths, as TensorBoard's writers serialise a scalar: the record's own length field, 12 bytes
+    before the event, must equal the event's length."""
+    if p < 30:
+        return None
+    taglen = buf[p - 1]
+    end = p + taglen + 5  # the tag, then 0x15 and a float32
+    if (taglen > 112 or end > len(buf) or buf[p + taglen] != 0x15 or buf[p - 2] != 0x0A or buf[p - 3] != taglen + 7
+            or buf[p - 4] != 0x0A or buf[p - 5] != taglen + 9 or buf[p - 6] != 0x2A):
+        return None
+    start = p - 15  # step 0 is not written (protobuf leaves out default values): 0x09 and the wall time, then 0x2A
+    if start >= 12 and buf[start] == 0x09 and LENGTH.unpack_from(buf, start - 12)[0] == end - start:
+        return buf[p:p + taglen].decode(), 0, FLOAT.unpack_from(buf, p + taglen + 1)[0]
+    if buf[p - 7] & 0x80:  # else 0x09, the wall time, 0x10 and the step's varint: its last byte is at p - 7
+        return None
+    k = p - 8  # (its other bytes have the high bit set)
+    while k > p - 17 and buf[k] & 0x80:
+        k -= 1
+    start = k - 9
+    if buf[k] != 0x10 or start < 12 or buf[start] != 0x09 or LENGTH.unpack_from(buf, start - 12)[0] != end - start:
+        return None
+    step, shift = 0, 0
+    for byte in buf[k + 1:p - 6]:
+        step |= (byte & 0x7F) << shift
+        shift += 7
+    if step >= 1 << 63:  # int64 varints of negative steps
+        step -= 1 << 64
+    return buf[p:p + taglen].decode(), step, FLOAT.unpack_from(buf, p + taglen + 1)[0]
 
 
 def _tensor_value(tensor):
@@ -135,7 +200,7 @@ def _tensor_value(tensor):
 
 
 def read_run(run_dir, tags, prefixes=()):
-    """({subrun: {tag: (steps, values)}}, records) of a run's TensorBoard runs; attempts (a run resumed from a
+    """({subrun: {tag: (steps, values)}}, bytes read) of a run's TensorBoard runs; attempts (a run resumed from a
     checkpoint writes a new TensorBoard run) are merged in the order they started: each replaces the earlier
     ones' values from its first logged step on. The sub-run is the event file's directory below its TensorBoard run."""
     attempts = {}
@@ -143,12 +208,12 @@ def read_run(run_dir, tags, prefixes=()):
         tb_run = file.relative_to(Path(run_dir, "runs")).parts[0]
         started = int(file.name.split(".")[3]) if file.name.split(".")[3].isdigit() else 0
         attempts.setdefault(tb_run, []).append((started, file))
-    merged, records = {}, 0
+    merged, nbytes = {}, 0
     for tb_run in sorted(attempts, key=lambda r: (min(s for s, _ in attempts[r]), r)):
         for _, file in sorted(attempts[tb_run]):
             subrun = "/".join(file.parent.relative_to(Path(run_dir, "runs", tb_run)).parts)
             found, n = read_event_file(file, tags, prefixes)
-            records += n
+            nbytes += n
             if not found:
                 continue
             first = min(int(steps[0]) for steps, _ in found.values())
@@ -158,7 +223,7 @@ def read_run(run_dir, tags, prefixes=()):
                 keep = old_steps < first
                 new_steps, new_values = found.get(tag, (np.zeros(0, np.int64), np.zeros(0)))
                 into[tag] = (np.concatenate([old_steps[keep], new_steps]), np.concatenate([old_values[keep], new_values]))
-    return merged, records
+    return merged, nbytes
 
 
 def downsample(steps, values, points):
@@ -178,11 +243,12 @@ def downsample(steps, values, points):
 
 def summarise_run(task):
     """Everything the report needs of one run (a worker's job): per sub-run, final and best score, median DDR
-    and downsampled curves; also the number of records scanned."""
+    and downsampled curves; also the bytes read and the number of values of the wanted tags."""
     run_dir, tag, opts = task
     command = json.loads(Path(run_dir, "command.json").read_text())
     tags = {tag} | ({"charts/ddr"} if opts["ddr"] else set())
-    data, records = read_run(run_dir, tags, (DYNAMICS,) if opts["dynamics"] else ())
+    data, nbytes = read_run(run_dir, tags, (DYNAMICS,) if opts["dynamics"] else ())
+    wanted = sum(len(steps) for found in data.values() for steps, _ in found.values())
     out = {}
     for subrun, found in data.items():
         if tag not in found or not len(found[tag][0]):
@@ -200,7 +266,7 @@ def summarise_run(task):
                 x = x / command["batch_size"]
             entry["curves"][name] = (x, y)
         out[subrun] = entry
-    return str(run_dir), command, out, records
+    return str(run_dir), command, out, (nbytes, wanted)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -514,7 +580,7 @@ def main(argv=None):
             summaries = list(pool.map(summarise_run, tasks, chunksize=1))
     else:
         summaries = [summarise_run(t) for t in tasks]
-    records = sum(s[3] for s in summaries)
+    nbytes, wanted = (sum(s[3][i] for s in summaries) for i in (0, 1))
     read_seconds = time.time() - started
 
     # one row per run (and sub-run): identity, every resolved flag that varies, scores
@@ -616,7 +682,7 @@ def main(argv=None):
                    + "".join(f"| {n} | finished without logging `{tag}` | |\n" for n in silent)]
     report += [f"\n## {title}\n\n![{title}]({file})\n" for title, file in figures.items()]
     (out / "report.md").write_text("\n".join(report))
-    print(f"read {records} records of {len(done)} runs in {read_seconds:.1f} s ({records / max(read_seconds, 1e-9):,.0f} records/s); "
+    print(f"read {wanted} values from {nbytes / 2**20:.1f} MiB of event files of {len(done)} runs in {read_seconds:.1f} s; "
           f"wrote {out}/report.md, aggregate.csv, curves.csv, scores and runs tables and {len(figures)} figures"
           + (f"; {len(unfinished)} runs not finished (listed in report.md)" if unfinished else ""))
     return table

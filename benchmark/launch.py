@@ -176,7 +176,9 @@ def run_name(script, env_field, env_id, seed, fields, digest):
     label = "__".join(f"{k.replace('_', '-')}={readable(v)}" for k, v in fields.items()
                       if k not in (env_field, "seed") + DERIVED and v != defaults.get(k)) or "default"
     name = "__".join(x for x in (script, env_id and readable(env_id), label) if x)
-    return f"{name[:NAME_LIMIT]}__s{seed}__{digest}"
+    if len(name) > NAME_LIMIT:  # whole fields only: a value cut short would say something false
+        name = name[:NAME_LIMIT].rsplit("__", 1)[0] + "__etc"
+    return f"{name}__s{seed}__{digest}"
 
 
 def readable(text):

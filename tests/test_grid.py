@@ -147,7 +147,7 @@ def test_run_identity_is_the_resolved_command(tmp_path, capsys):
         names(tmp_path, atari + ["--", "--update-epochs", "4", "--num-steps", "128", "--num-envs=8", "--num-minibatches", "4"], capsys)
     assert names(tmp_path, base + ["--", "--num-steps=100"], capsys) == pilot  # --flag=value is a value
     long = names(tmp_path, base + ["--", "--num-steps", "100", "--exp-name", "x" * 300], capsys)
-    assert len(long[0]) < 200
+    assert len(long[0]) < 200 and long[0].startswith("noisy_sgd__etc__s1__")  # whole fields only: the long one is left out
 
 
 def test_budgets_from_iterations_follow_the_scripts_own_batch(tmp_path, capsys):
@@ -334,6 +334,29 @@ def test_analysis_of_the_grid(grid):
     report = (out / "analysis" / "report.md").read_text()
     assert "| config | runs | envs | mean |" in report and "## Runs per config and env" in report
     assert "Missing and failed" not in report
+
+
+def test_fast_reader_equals_the_record_walk_on_real_event_files(grid, tmp_path):
+    """The byte-level reader (tag bytes found in the whole file, each scalar read around them) returns exactly what
+    parsing every record with TensorBoard's protobuf returns, and takes its fast path on what the scripts write
+    (PPO with dynamics/, noisy_sgd's step 0)."""
+    launch.main(["--script", "noisy_sgd", "--out-dir", str(tmp_path), "--", "--num-steps", "20", "--num-seeds", "1"])
+    files = list(grid[0].glob("runs/*/runs/*/events.out.*")) + list(tmp_path.glob("runs/*/runs/*/*/events.out.*"))
+    tags, prefixes = {"charts/episodic_return", "charts/ddr", "charts/neg_distance", "charts/SPS"}, ("dynamics/", "losses/")
+    assert len(files) == 8
+    for file in files:
+        fast, _ = analyze.read_event_file(file, tags, prefixes)
+        walked, _ = analyze.read_event_file(file, tags, prefixes, fast=False)
+        assert fast.keys() == walked.keys() and len(fast) >= 1
+        for tag in fast:
+            np.testing.assert_array_equal(fast[tag][0], walked[tag][0])
+            np.testing.assert_array_equal(fast[tag][1], walked[tag][1])
+        data = file.read_bytes()
+        assert analyze._find_scalars(data, [t.encode() for t in tags] + [p.encode() for p in prefixes], tags, prefixes) is not None
+        truncated = tmp_path / "truncated"  # a killed run's last record, cut short, is dropped by both paths
+        truncated.write_bytes(data[:-7])
+        cut, _ = analyze.read_event_file(truncated, tags, prefixes)
+        assert sum(len(s) for s, _ in cut.values()) in (sum(len(s) for s, _ in fast.values()) - 1, sum(len(s) for s, _ in fast.values()))
 
 
 def test_best_of_keeps_the_best_value_of_a_flag(grid):
