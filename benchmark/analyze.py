@@ -103,7 +103,7 @@ def read_event_file(path, tags, prefixes=(), fast=True):
     finds the wanted tags' bytes in the whole file and reads each scalar event around them (`_scalar_at`); if any
     occurrence is not exactly a one-value `simple_value` event framed as a record, the file is read record by
     record instead, parsing (with TensorBoard's protobuf) only the records that contain a wanted tag's bytes. CRCs
-    are not checked (TensorBoard's reader does, in pure Python, at ~30k records/s); a truncated last record (a
+    are not checked (TensorBoard's own reader checks them, in pure Python); a truncated last record (a
     killed run) is dropped."""
     keys = [t.encode() for t in tags] + [p.encode() for p in prefixes]
     with open(path, "rb") as f:

@@ -49,6 +49,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -343,8 +344,6 @@ class Attempt:
             lock.release()
 
     def execute(self, run, d, env, cpus):
-        import shutil
-
         argv = list(run["argv"])
         checkpoint = newest_checkpoint(d) if "resume" in run["resolved"] else None
         if checkpoint is not None:  # a previous attempt left one: continue from it (a user --resume is replaced)
