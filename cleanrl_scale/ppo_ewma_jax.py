@@ -6,7 +6,8 @@
   (`charts/ddr`, §4.4);
 - PPO-EWMA (§2.2, Hilton et al., 2022) with `--ewma-com C`: the proximal policy is an EWMA of the
   actor's weights with centre of mass C minibatch steps, decoupled from the behaviour policy; without
-  the flag, standard PPO (proximal = behaviour policy);
+  the flag, standard PPO (proximal = behaviour policy). The loss and the EWMA are openai/ppo-ewma's:
+  the ratio pi / pi_behav bounded by --imp-samp-max in both terms, and the EWMA's bias correction;
 - the environment of §3-4 and App. A: 512 procedurally generated Jax2D morphologies from Kinetix's
   locomotion distribution, Table 2's hyper-parameters, `charts/solve_rate` over all morphologies;
   any discrete-action gymnax env (e.g. CartPole-v1) for quick checks;
@@ -16,11 +17,12 @@ PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches;
 between iterations only logs, evaluates and checkpoints.
 """
 import json
+import math
 import os
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from functools import partial
 from typing import NamedTuple, Optional
@@ -92,6 +94,8 @@ class Args:
     """the surrogate clipping coefficient epsilon (relative to the proximal policy)"""
     clip_vloss: bool = True
     """Toggles whether or not to use a clipped loss for the value function"""
+    vf_clip_coef: Optional[float] = None
+    """the value clipping range (unset = follow --clip-coef, as Kinetix and CleanRL do); set it to sweep epsilon alone"""
     ent_coef: float = 0.01
     """coefficient of the entropy"""
     vf_coef: float = 0.5
@@ -106,8 +110,10 @@ class Args:
     # PPO-EWMA (stagnation §2.2; Hilton et al., 2022)
     ewma_com: Optional[float] = None
     """centre of mass C of the EWMA proximal policy in minibatch steps, beta = C / (C + 1); unset = standard PPO"""
+    ewma_bias_correction: bool = True
+    """count the initial copy as one sample of the EWMA, as openai/ppo-ewma's EwmaModel does (total_weight)"""
     imp_samp_max: float = 100.0
-    """upper bound of the importance weight pi_prox / pi_behaviour of PPO-EWMA"""
+    """bound of the ratio pi / pi_behaviour (openai/ppo-ewma's logp_adj, in both PPO modes); 0 = no bound"""
 
     # Scaling recipes (stagnation paper §5, App. D)
     scaling_recipe: str = "none"
@@ -184,9 +190,19 @@ def resolve_args(args):
     for flag in ("minibatch_size", "eval_every", "save_every"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "clip_coef", "imp_samp_max"):
+    for field in fields(args):  # inf and nan break every rule below without failing a comparison
+        value = getattr(args, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
+    for flag in ("learning_rate", "max_grad_norm"):
         if not getattr(args, flag) > 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("clip_coef", "vf_clip_coef"):  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
+        if getattr(args, flag) is not None and not 0 < getattr(args, flag) < 1:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in (0, 1) (got {getattr(args, flag)})")
+    for flag in ("imp_samp_max", "ent_coef", "vf_coef"):
+        if not getattr(args, flag) >= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("gamma", "gae_lambda"):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
@@ -229,10 +245,14 @@ def resolve_args(args):
             raise BadFlag(f"--resume {args.resume}: no such file")
         try:
             meta, _ = read_checkpoint(args.resume)
+            missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
+            missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
         except Exception as e:  # a truncated or foreign file
             raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+        if missing:
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
         for flag in STRUCTURAL_FLAGS:
-            if meta["args"].get(flag) != getattr(args, flag):
+            if meta["args"][flag] != getattr(args, flag):
                 raise BadFlag(
                     f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
                     f"this run has {getattr(args, flag)}; only flags that keep the network and env shapes may change"
@@ -352,23 +372,45 @@ def ewma_beta(com):
     return com / (com + 1.0)
 
 
-def ewma_update(prox_params, params, beta):
-    """theta_prox <- beta * theta_prox + (1 - beta) * theta, after every minibatch step."""
-    return jax.tree.map(lambda p, q: beta * p + (1.0 - beta) * q, prox_params, params)
+def ewma_update(prox_params, params, beta, total_weight, bias_correction=True):
+    """One EWMA step after a minibatch step: (theta_prox, total weight).
+
+    With bias correction (openai/ppo-ewma's `EwmaModel.update`) the initial copy counts as one sample:
+    w' = beta w + 1, theta_prox <- (beta w / w') theta_prox + theta / w', so early iterations are not
+    pulled toward the random initialisation; w grows to 1 / (1 - beta) and the step becomes
+    theta_prox <- beta theta_prox + (1 - beta) theta, which is the update without correction.
+    """
+    if not bias_correction:
+        return jax.tree.map(lambda p, q: beta * p + (1.0 - beta) * q, prox_params, params), total_weight
+    new_total = beta * total_weight + 1.0
+    decayed = beta * total_weight / new_total
+    return jax.tree.map(lambda p, q: decayed * p + q / new_total, prox_params, params), new_total
 
 
 def decoupled_policy_loss(newlogprob, prox_logprob, behav_logprob, advantages, clip_coef, imp_samp_max):
-    """-(pi_prox / pi_behav) * min(r_prox A, clip(r_prox, 1 - eps, 1 + eps) A), r_prox = pi / pi_prox (eq. 4).
+    """PPO-EWMA's decoupled clipped objective (stagnation §2.2, eq. 4), as openai/ppo-ewma computes it.
 
-    In log space; the importance weight pi_prox / pi_behav is bounded above by `imp_samp_max`. With
-    prox = behav it is PPO's clipped surrogate. Returns (loss, clip fraction).
+    (pi_prox / pi_behav) min(r A, clip(r, 1 - eps, 1 + eps) A) with r = pi / pi_prox, in log space
+    (`compute_losses` in ppo_ewma/ppo.py): the behaviour log-prob is replaced by
+    logp_adj = max(logp_behav, stop_gradient(logp_new) - log imp_samp_max), which bounds the whole
+    ratio pi / pi_behav by imp_samp_max in both terms (imp_samp_max = 0: no bound). With prox = behav
+    it is PPO's clipped surrogate wherever pi / pi_behav <= imp_samp_max.
+    Returns (loss, clip fraction, share of samples where the bound is active).
     """
-    imp_weight = jnp.exp(jnp.minimum(prox_logprob - behav_logprob, jnp.log(imp_samp_max)))
-    ratio = jnp.exp(newlogprob - prox_logprob)
-    pg_loss1 = -advantages * ratio
-    pg_loss2 = -advantages * jnp.clip(ratio, 1.0 - clip_coef, 1.0 + clip_coef)
-    loss = (imp_weight * jnp.maximum(pg_loss1, pg_loss2)).mean()
-    return loss, (jnp.abs(ratio - 1.0) > clip_coef).mean()
+    logratio = newlogprob - prox_logprob
+    logp_adj = behav_logprob
+    if imp_samp_max > 0:
+        logp_adj = jnp.maximum(behav_logprob, jax.lax.stop_gradient(newlogprob) - math.log(imp_samp_max))
+    pg_losses = -advantages * jnp.exp(newlogprob - logp_adj)
+    clipped_logratio = jnp.clip(logratio, math.log(1.0 - clip_coef), math.log(1.0 + clip_coef))
+    pg_losses2 = -advantages * jnp.exp(clipped_logratio + prox_logprob - logp_adj)
+    loss = jnp.maximum(pg_losses, pg_losses2).mean()
+    clipfrac = ((logratio < math.log(1.0 - clip_coef)) | (logratio > math.log(1.0 + clip_coef))).mean()
+    if imp_samp_max > 0:
+        imp_samp_clipfrac = (newlogprob - behav_logprob > math.log(imp_samp_max)).mean()
+    else:
+        imp_samp_clipfrac = jnp.zeros(())
+    return loss, clipfrac, imp_samp_clipfrac
 
 
 def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
@@ -399,6 +441,7 @@ class RunnerState(NamedTuple):
     params: dict  # {"actor": ..., "critic": ...}
     opt_state: tuple
     prox_params: dict  # EWMA of the actor's params (= the actor's params under standard PPO)
+    ewma_weight: jnp.ndarray  # total weight of the EWMA (openai's total_weight; 1 = only the initial copy)
     env_state: tuple
     obs: jnp.ndarray
     level_ids: jnp.ndarray  # the morphology each env's next episode starts on
@@ -420,6 +463,7 @@ def make_train(args, env):
     tx = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(schedule, eps=1e-5))
     ewma = args.ewma_com is not None
     beta = ewma_beta(args.ewma_com) if ewma else 0.0
+    vf_clip_coef = args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef
 
     def policy(actor_params, obs):
         return log_policy(actor.apply(actor_params, obs), mask)
@@ -437,23 +481,23 @@ def make_train(args, env):
         obs, env_state = env.reset(jax.random.split(k_reset, args.num_envs), levels, random_level_ids(k_ids))
         env_state = jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), env_state)  # drop weak types: one compile of update
         zeros = jnp.zeros(args.num_envs)
-        return RunnerState(params, tx.init(params), params["actor"], env_state, obs,
+        return RunnerState(params, tx.init(params), params["actor"], jnp.ones(()), env_state, obs,
                            random_level_ids(k_next_ids), zeros, zeros, rng)
 
     def loss_fn(params, prox_logprob, mb, advantages, targets):
         logp = policy(params["actor"], mb.obs)
         newlogprob = log_prob(logp, mb.action)
-        pg_loss, clipfrac = decoupled_policy_loss(newlogprob, prox_logprob, mb.logprob, advantages,
-                                                  args.clip_coef, args.imp_samp_max)
+        pg_loss, clipfrac, imp_samp_clipfrac = decoupled_policy_loss(newlogprob, prox_logprob, mb.logprob, advantages,
+                                                                     args.clip_coef, args.imp_samp_max)
         newvalue = value_fn(params["critic"], mb.obs)
         if args.clip_vloss:
-            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -args.clip_coef, args.clip_coef)
+            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -vf_clip_coef, vf_clip_coef)
             v_loss = 0.5 * jnp.maximum((newvalue - targets) ** 2, (v_clipped - targets) ** 2).mean()
         else:
             v_loss = 0.5 * ((newvalue - targets) ** 2).mean()
         entropy_loss = entropy(logp).mean()
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-        return loss, (pg_loss, v_loss, entropy_loss, clipfrac)
+        return loss, (pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac)
 
     def update(runner, levels):
         start_params = runner.params
@@ -481,7 +525,7 @@ def make_train(args, env):
         advantages, targets = compute_gae(traj.reward, traj.value, traj.done, last_value, args.gamma, args.gae_lambda)
 
         def update_minibatch(carry, minibatch):
-            params, opt_state, prox_params = carry
+            params, opt_state, prox_params, ewma_weight = carry
             mb, mb_advantages, mb_targets = minibatch
             if args.norm_adv:
                 mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
@@ -489,8 +533,11 @@ def make_train(args, env):
             (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets)
             updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
-            prox_params = ewma_update(prox_params, params["actor"], beta) if ewma else params["actor"]
-            return (params, opt_state, prox_params), (*aux, optax.global_norm(grads))
+            if ewma:
+                prox_params, ewma_weight = ewma_update(prox_params, params["actor"], beta, ewma_weight, args.ewma_bias_correction)
+            else:
+                prox_params = params["actor"]
+            return (params, opt_state, prox_params, ewma_weight), (*aux, optax.global_norm(grads))
 
         # flattened once; the behaviour log-probs only feed the KL pass below, so they are not shuffled
         batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]),
@@ -504,10 +551,11 @@ def make_train(args, env):
             return jax.lax.scan(update_minibatch, carry, minibatches)
 
         rng, k_epochs = jax.random.split(runner.rng)
-        (params, opt_state, prox_params), losses = jax.lax.scan(
-            update_epoch, (runner.params, runner.opt_state, runner.prox_params), jax.random.split(k_epochs, args.update_epochs)
+        (params, opt_state, prox_params, ewma_weight), losses = jax.lax.scan(
+            update_epoch, (runner.params, runner.opt_state, runner.prox_params, runner.ewma_weight),
+            jax.random.split(k_epochs, args.update_epochs)
         )
-        runner = runner._replace(params=params, opt_state=opt_state, prox_params=prox_params, rng=rng)
+        runner = runner._replace(params=params, opt_state=opt_state, prox_params=prox_params, ewma_weight=ewma_weight, rng=rng)
 
         # KL(behaviour || updated policy) on the whole batch after the last epoch, exact for categoricals;
         # DDR = transitions per iteration / that KL (stagnation §4.4). In minibatch-sized chunks.
@@ -520,7 +568,7 @@ def make_train(args, env):
         chunks = jax.tree.map(lambda x: x.reshape((args.num_minibatches, args.minibatch_size) + x.shape[2:]),
                               (traj.obs, traj.behav_logp))
         kl_sums, prox_kl_sums = jax.lax.map(batch_kls, chunks)
-        pg_loss, v_loss, entropy_loss, clipfrac, grad_norm = jax.tree.map(jnp.mean, losses)
+        pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac, grad_norm = jax.tree.map(jnp.mean, losses)
         diff = jax.tree.map(lambda a, b: a - b, params, start_params)
         done, ret_sum, len_sum, solved = jax.tree.map(jnp.sum, stats)
         metrics = {
@@ -528,6 +576,7 @@ def make_train(args, env):
             "losses/value_loss": v_loss,
             "losses/entropy": entropy_loss,
             "losses/clipfrac": clipfrac,
+            "losses/imp_samp_clipfrac": imp_samp_clipfrac,
             "losses/grad_norm": grad_norm,
             "losses/approx_kl": kl_sums.sum() / args.batch_size,
             "charts/update_norm": optax.global_norm(diff),
@@ -601,6 +650,14 @@ def main(args):
         f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
         + (f"; resuming {args.resume} after iteration {start_iteration}" if args.resume else "")
     )
+    if args.ewma_com is not None:
+        steps = args.update_epochs * args.num_minibatches
+        print(
+            f"PPO-EWMA: COM {args.ewma_com:g} minibatch steps against {steps} minibatch steps per iteration, over which "
+            f"PPO's proximal policy lags by (steps - 1) / 2 = {(steps - 1) / 2:g} on average (COM / lag = "
+            f"{args.ewma_com / max((steps - 1) / 2, 0.5):.2g}). A COM far below that lag lets the policy move far from the "
+            "behaviour policy within one iteration: watch losses/approx_kl and losses/entropy (README, PPO-EWMA)."
+        )
     if args.track:
         import wandb
 

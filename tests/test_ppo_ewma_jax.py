@@ -19,7 +19,7 @@ CARTPOLE = ["--env-id", "CartPole-v1", "--num-envs", "16", "--num-steps", "128",
             "--anneal-lr", "--total-timesteps", "500000"]
 EVERY_TAG = [
     "losses/approx_kl", "charts/ddr", "losses/grad_norm", "charts/update_norm", "losses/clipfrac",
-    "charts/episodic_return", "charts/SPS", "losses/prox_kl", "charts/solve_rate", "losses/policy_loss",
+    "charts/episodic_return", "charts/SPS", "losses/prox_kl", "losses/imp_samp_clipfrac", "charts/solve_rate", "losses/policy_loss",
     "losses/value_loss", "losses/entropy", "losses/explained_variance", "charts/learning_rate",
 ]
 LOSS_TAGS = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/prox_kl",
@@ -39,17 +39,72 @@ def random_logprobs(seed, n=64, spread=0.5):
         jnp.asarray(behav), jnp.asarray(rng.normal(0, 1, n))
 
 
-def test_decoupled_ratios_multiply_to_the_plain_importance_ratio_without_clipping(ewma):
-    new, prox, behav, adv = random_logprobs(0)
+def openai_compute_losses(newlogp, rec_logp, logp, adv, clip_param, imp_samp_max):
+    """openai/ppo-ewma ppo_ewma/ppo.py `compute_losses`, policy part, line by line (torch, as there):
+    rec_logp is the EWMA (proximal) policy's log-prob, logp the behaviour policy's."""
+    import math
 
-    def decoupled(new):
-        return ewma.decoupled_policy_loss(new, prox, behav, adv, clip_coef=np.inf, imp_samp_max=np.inf)[0]
+    import torch as th
 
-    def importance_weighted_pg(new):
-        return -(jnp.exp(new - behav) * adv).mean()
+    logratio = newlogp - rec_logp
+    logp_adj = logp
+    if imp_samp_max > 0:
+        logp_adj = th.max(logp, newlogp.detach() - math.log(imp_samp_max))
+    pg_losses = -adv * th.exp(newlogp - logp_adj)
+    if clip_param > 0:
+        clipped_logratio = th.clamp(logratio, math.log(1.0 - clip_param), math.log(1.0 + clip_param))
+        pg_losses2 = -adv * th.exp(clipped_logratio + rec_logp - logp_adj)
+        pg_losses = th.max(pg_losses, pg_losses2)
+    clipfrac = th.logical_or(logratio < math.log(1.0 - clip_param), logratio > math.log(1.0 + clip_param)).float().mean()
+    imp_samp_clipfrac = (newlogp - logp > math.log(imp_samp_max)).float().mean() if imp_samp_max > 0 else th.tensor(0.0)
+    return pg_losses.mean(), clipfrac, imp_samp_clipfrac
 
-    np.testing.assert_allclose(decoupled(new), importance_weighted_pg(new), rtol=1e-6)
-    np.testing.assert_allclose(jax.grad(decoupled)(new), jax.grad(importance_weighted_pg)(new), rtol=1e-5, atol=1e-8)
+
+def compare_with_openai(ewma, new, prox, behav, adv, clip, imp_samp_max):
+    import torch as th
+
+    new_t = th.tensor(np.asarray(new), requires_grad=True)
+    ref_loss, ref_clipfrac, ref_imp = openai_compute_losses(
+        new_t, *(th.tensor(np.asarray(x)) for x in (prox, behav, adv)), clip, imp_samp_max)
+    ref_loss.backward()
+
+    def loss(new):
+        return ewma.decoupled_policy_loss(new, prox, behav, adv, clip, imp_samp_max)[0]
+
+    _, clipfrac, imp = ewma.decoupled_policy_loss(new, prox, behav, adv, clip, imp_samp_max)
+    np.testing.assert_allclose(loss(new), ref_loss.item(), rtol=2e-5)
+    np.testing.assert_allclose(jax.grad(loss)(new), new_t.grad.numpy(), rtol=2e-5, atol=1e-9)
+    np.testing.assert_allclose([clipfrac, imp], [ref_clipfrac.item(), ref_imp.item()])
+    return float(imp)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("imp_samp_max", [100.0, 3.0, 0.0])
+def test_policy_loss_is_openai_compute_losses_on_random_inputs(ewma, seed, imp_samp_max):
+    """Log-probs spread over 8 nats: ratios pi / pi_behav from ~1e-3 to ~1e3, so the bound and the clip both act."""
+    rng = np.random.default_rng(seed)
+    behav = rng.normal(-3.0, 2.0, 256)
+    new, prox = behav + rng.normal(0, 2.5, 256), behav + rng.normal(0, 2.5, 256)
+    adv = rng.normal(0, 1, 256)
+    imp = compare_with_openai(ewma, *map(jnp.asarray, (new, prox, behav, adv)), clip=0.2, imp_samp_max=imp_samp_max)
+    assert (imp > 0.02) == (imp_samp_max > 0)  # the bound is exercised where it exists
+
+
+@pytest.mark.parametrize("case", [
+    dict(new=[-0.5], prox=[-8.0], behav=[-10.0], adv=[-1.0]),  # issue 12's example: ratio e^9.5 against the bound 100
+    dict(new=[-1.0], prox=[-1.0], behav=[-1.0], adv=[2.0]),  # a single sample, all policies equal
+    dict(new=[np.log(100.0) - 5.0], prox=[-4.0], behav=[-5.0], adv=[1.0]),  # the ratio exactly at the bound
+    dict(new=[-2.0, 0.0], prox=[-2.0, 0.0], behav=[-2.0, 0.0], adv=[0.0, 0.0]),  # zero advantages
+])
+def test_policy_loss_edge_cases_against_openai(ewma, case):
+    compare_with_openai(ewma, *(jnp.asarray(case[k], jnp.float32) for k in ("new", "prox", "behav", "adv")), 0.2, 100.0)
+
+
+def test_bound_is_on_the_whole_ratio_as_openai_has_it(ewma):
+    """behav -10, prox -8, new -0.5, A = -1: bounding pi_prox / pi_behav alone gave 13,360; openai gives 100."""
+    loss, _, imp = ewma.decoupled_policy_loss(*(jnp.array([x]) for x in (-0.5, -8.0, -10.0, -1.0)), 0.2, 100.0)
+    np.testing.assert_allclose(loss, 100.0, rtol=1e-5)
+    assert imp == 1.0
 
 
 def test_decoupled_loss_with_proximal_equal_to_behaviour_is_ppo_clipped_surrogate(ewma):
@@ -57,17 +112,10 @@ def test_decoupled_loss_with_proximal_equal_to_behaviour_is_ppo_clipped_surrogat
     ratio = np.exp(np.asarray(new) - np.asarray(behav))
     eps = 0.2
     ppo = np.mean(np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - eps, 1 + eps)))
-    loss, clipfrac = ewma.decoupled_policy_loss(new, behav, behav, adv, eps, 100.0)
-    assert 0 < clipfrac < 1  # some ratios are outside [1 - eps, 1 + eps], so clipping is exercised
+    loss, clipfrac, imp = ewma.decoupled_policy_loss(new, behav, behav, adv, eps, 100.0)
+    assert 0 < clipfrac < 1 and imp == 0  # some ratios are outside [1 - eps, 1 + eps], none above the bound
     np.testing.assert_allclose(loss, ppo, rtol=1e-5)
     np.testing.assert_allclose(clipfrac, np.mean(np.abs(ratio - 1) > eps), rtol=1e-6)
-
-
-def test_importance_weight_is_bounded_by_imp_samp_max(ewma):
-    behav = jnp.array([-10.0])
-    prox = jnp.array([-0.1])  # pi_prox / pi_behav = e^9.9 ~ 20,000
-    loss, _ = ewma.decoupled_policy_loss(prox, prox, behav, jnp.array([1.0]), 0.2, 100.0)
-    np.testing.assert_allclose(loss, -100.0, rtol=1e-5)  # weight 100 x ratio 1 x advantage 1
 
 
 def test_beta_from_centre_of_mass(ewma):
@@ -78,12 +126,57 @@ def test_beta_from_centre_of_mass(ewma):
     assert abs(1 / (1 - beta) - 1 - 99.0) < 1e-9  # COM = 1 / (1 - beta) - 1
 
 
-def test_ewma_update_after_one_step(ewma):
+def test_ewma_update_without_bias_correction(ewma):
     prox = {"w": jnp.array([1.0, 2.0]), "b": jnp.array(0.0)}
     params = {"w": jnp.array([3.0, -2.0]), "b": jnp.array(4.0)}
-    out = ewma.ewma_update(prox, params, 0.75)
+    out, weight = ewma.ewma_update(prox, params, 0.75, 1.0, bias_correction=False)
     np.testing.assert_allclose(out["w"], [1.5, 1.0])  # 0.75 * 1 + 0.25 * 3, 0.75 * 2 + 0.25 * -2
     np.testing.assert_allclose(out["b"], 1.0)
+    assert weight == 1.0
+
+
+class OpenaiEwma:
+    """openai/ppo-ewma ppo_ewma/ppg.py `EwmaModel`, on one parameter vector (numpy)."""
+
+    def __init__(self, p, ewma_decay):
+        self.ewma_decay, self.p_ewma, self.total_weight = ewma_decay, np.array(p, np.float64), 1
+
+    def update(self, p, decay=None):
+        if decay is None:
+            decay = self.ewma_decay
+        new_total_weight = decay * self.total_weight + 1
+        decayed_weight_ratio = decay * self.total_weight / new_total_weight
+        self.p_ewma = self.p_ewma * decayed_weight_ratio + p / new_total_weight
+        self.total_weight = new_total_weight
+
+
+@pytest.mark.parametrize("com", [0.0, 4.0, 256.0])
+def test_ewma_bias_correction_is_openai_ewma_model(ewma, com):
+    rng = np.random.default_rng(int(com))
+    beta = ewma.ewma_beta(com)
+    steps = rng.normal(size=(300, 5))
+    reference = OpenaiEwma(steps[0], beta)
+    prox, weight = jnp.asarray(steps[0], jnp.float32), jnp.ones(())
+    for p in steps[1:]:
+        reference.update(p)
+        prox, weight = ewma.ewma_update(prox, jnp.asarray(p, jnp.float32), beta, weight)
+    np.testing.assert_allclose(prox, reference.p_ewma, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(weight, reference.total_weight, rtol=1e-5)
+
+
+def test_weight_left_on_the_initial_parameters_after_one_iteration(ewma):
+    """Table 2: 8 epochs x 32 minibatches = 256 steps. Without correction the initial copy keeps beta^256
+    (37% at COM 256); with it, as much as one step's sample: beta^256 / (1 + beta + ... + beta^256)."""
+    beta = ewma.ewma_beta(256.0)
+    initial, weight = {"init": jnp.ones(())}, jnp.ones(())
+    plain = dict(initial)
+    for _ in range(256):  # the actor's parameters are 0 after the first step: what is left is the initial copy's share
+        initial, weight = ewma.ewma_update(initial, {"init": jnp.zeros(())}, beta, weight)
+        plain, _ = ewma.ewma_update(plain, {"init": jnp.zeros(())}, beta, 1.0, bias_correction=False)
+    np.testing.assert_allclose(plain["init"], beta ** 256, rtol=1e-4)
+    assert 0.36 < float(plain["init"]) < 0.38
+    np.testing.assert_allclose(initial["init"], beta ** 256 / sum(beta ** k for k in range(257)), rtol=1e-4)
+    assert float(initial["init"]) < 0.003
 
 
 # ---- GAE and the policy -----------------------------------------------------------------------------
@@ -142,6 +235,25 @@ def test_scaling_recipes_from_this_scripts_base_of_2048_envs_and_32_minibatches(
     assert args.learning_rate == pytest.approx(expected[2])
 
 
+def first_update_metrics(ewma, **flags):
+    """The metrics of one update of a tiny CartPole config, in process."""
+    args = ewma.resolve_args(ewma.Args(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
+                                       update_epochs=2, total_timesteps=64, **flags))
+    env = ewma.make_env(args)
+    init, update, _, _ = ewma.make_train(args, env)
+    levels = env.sample_levels(jax.random.PRNGKey(0))
+    _, metrics = jax.jit(update)(init(jax.random.PRNGKey(1), levels), levels)
+    return {tag: float(value) for tag, value in metrics.items()}
+
+
+def test_vf_clip_coef_follows_clip_coef_unless_given(ewma):
+    default = first_update_metrics(ewma)
+    assert first_update_metrics(ewma, vf_clip_coef=0.2) == default  # unset = --clip-coef
+    assert first_update_metrics(ewma, vf_clip_coef=0.01)["losses/value_loss"] != default["losses/value_loss"]
+    # an epsilon sweep with the value clipping held at 0.2 differs from one where it follows epsilon
+    assert first_update_metrics(ewma, clip_coef=0.05, vf_clip_coef=0.2) != first_update_metrics(ewma, clip_coef=0.05)
+
+
 def run_script(args, workdir):
     return run_copy(SCRIPT, args, workdir, timeout=900)
 
@@ -169,8 +281,15 @@ def test_track_logs_to_wandb_offline_and_checkpoints_every_iteration(cartpole_tr
 
 @pytest.mark.parametrize("flags, message", [
     (["--ewma-com", "-1"], "--ewma-com must be >= 0"),
-    (["--clip-coef", "0"], "--clip-coef must be positive"),
-    (["--imp-samp-max", "0"], "--imp-samp-max must be positive"),
+    (["--ewma-com", "inf"], "--ewma-com must be a finite number"),
+    (["--learning-rate", "inf"], "--learning-rate must be a finite number"),
+    (["--gamma", "nan"], "--gamma must be a finite number"),
+    (["--max-grad-norm", "-1"], "--max-grad-norm must be positive"),
+    (["--max-grad-norm", "0"], "--max-grad-norm must be positive"),
+    (["--clip-coef", "0"], "--clip-coef must lie in (0, 1)"),
+    (["--clip-coef", "1"], "--clip-coef must lie in (0, 1)"),
+    (["--vf-clip-coef", "-0.1"], "--vf-clip-coef must lie in (0, 1)"),
+    (["--imp-samp-max", "-1"], "--imp-samp-max must be >= 0"),
     (["--num-envs", "6", "--num-steps", "5", "--num-minibatches", "4"], "--num-minibatches 4 must be positive and divide the batch 30"),
     (["--num-envs", "3", "--scaling-recipe", "more-minibatches"], "fractional minibatch count"),
     (["--env-id", "NoSuchEnv-v0"], "--env-id must be `locomotion` or a gymnax id"),
@@ -192,6 +311,12 @@ def test_resume_from_a_checkpoint_of_another_shape_is_refused(tmp_path, cartpole
     assert_bad_input(run_script(base + flags, tmp_path), tmp_path, message)
 
 
+def test_resume_from_a_checkpoint_whose_metadata_lacks_the_flags_is_refused(tmp_path):
+    np.savez(tmp_path / "other.npz", meta=np.array('{"num_leaves": 0, "iteration": 1}'))
+    result = run_script(["--env-id", "CartPole-v1", "--resume", tmp_path / "other.npz"], tmp_path)
+    assert_bad_input(result, tmp_path, "its metadata lacks global_step, args")
+
+
 def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(tmp_path):
     (tmp_path / "notes.npz").write_text("not a checkpoint")
     result = run_script(["--env-id", "CartPole-v1", "--resume", tmp_path / "notes.npz"], tmp_path)
@@ -209,16 +334,28 @@ def test_restore_checks_every_array_shape(ewma, cartpole_checkpoint):
 
 
 # ---- learning, end to end, resume -------------------------------------------------------------------
-@pytest.mark.parametrize("mode", [[], ["--ewma-com", "4"]], ids=["ppo", "ppo-ewma"])
-def test_cartpole_learns_to_400_in_under_3_minutes(tmp_path, mode):
+def best_10_iteration_return(workdir):
+    returns = np.array(read_values(run_dirs(workdir)[0])[0]["charts/episodic_return"])
+    return np.convolve(returns, np.ones(10) / 10, mode="valid").max()
+
+
+def test_ppo_cartpole_learns_to_400_in_under_3_minutes(tmp_path):
     start = time.time()
-    result = run_script(CARTPOLE + mode, tmp_path)
+    result = run_script(CARTPOLE, tmp_path)
     elapsed = time.time() - start
     assert result.returncode == 0, result.stderr[-3000:]
-    returns = np.array(read_values(run_dirs(tmp_path)[0])[0]["charts/episodic_return"])
-    smoothed = np.convolve(returns, np.ones(10) / 10, mode="valid")
-    assert smoothed.max() >= 400, f"best 10-iteration mean return {smoothed.max():.1f}"
+    assert best_10_iteration_return(tmp_path) >= 400, f"best 10-iteration mean return {best_10_iteration_return(tmp_path):.1f}"
     assert elapsed < 180, f"took {elapsed:.0f} s"
+
+
+def test_ppo_ewma_learns_at_table_2_structure_with_a_com_near_ppos_lag(tmp_path):
+    """Table 2's 8 epochs x 32 minibatches (256 minibatch steps per iteration, PPO's proximal policy lags
+    127.5 on average) with COM 128, on CartPole (8 envs x 256 steps, Table 2's lr, gamma and lambda)."""
+    result = run_script(["--env-id", "CartPole-v1", "--num-envs", "8", "--num-steps", "256", "--total-timesteps", "120000",
+                         "--ewma-com", "128"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "against 256 minibatch steps per iteration" in result.stdout and "= 127.5 on average" in result.stdout
+    assert best_10_iteration_return(tmp_path) >= 400, f"best 10-iteration mean return {best_10_iteration_return(tmp_path):.1f}"
 
 
 @pytest.fixture(scope="module")
