@@ -18,6 +18,7 @@ Flags after `--` go to the script.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -35,8 +36,14 @@ def forced_devices(n):
     return {"XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"} if n else {}
 
 
-def script_flags(opts, num_envs):
-    return ["--env-size", opts.env_size, "--model", opts.model, "--num-envs", num_envs, "--num-steps", opts.num_steps, *opts.extra]
+def filter_pool(num_envs, devices=1):
+    """A pool of Kinetix's level filter that divides each device's fresh levels (rho 0.5): the script's 512 if it can."""
+    return math.gcd(512, max(num_envs // 2 // devices, 1))
+
+
+def script_flags(opts, num_envs, devices=1):
+    return ["--env-size", opts.env_size, "--model", opts.model, "--num-envs", num_envs, "--num-steps", opts.num_steps,
+            "--level-filter-pool", filter_pool(num_envs, devices), *opts.extra]
 
 
 def random_action_sps(opts, scans):
@@ -49,7 +56,7 @@ def random_action_sps(opts, scans):
     module = load_script(SCRIPT)
     args = module.resolve_args(module.Args(env_size=opts.env_size, model=opts.model, num_envs=opts.num_envs,
                                            num_steps=opts.num_steps, sfl_num_candidates=opts.num_envs,
-                                           sfl_buffer_size=1, num_minibatches=1))
+                                           sfl_buffer_size=1, num_minibatches=1, filter_levels=False))
     env = module.make_env(args)
     local = args.num_envs // args.num_devices
     dims = jnp.asarray(env.action_dims)
@@ -58,7 +65,7 @@ def random_action_sps(opts, scans):
         ids = jax.lax.axis_index("d") * local + jnp.arange(local)
         keyed = lambda fn, key, *a: jax.vmap(lambda i, *b: fn(jax.random.fold_in(key, i), *b))(ids, *a)
         k_levels, k_reset, k_run = jax.random.split(rng, 3)
-        levels = keyed(env.sample_level, k_levels)
+        levels = env.sample_levels(jax.random.fold_in(k_levels, jax.lax.axis_index("d")), local)  # plain random levels
         _, state = keyed(env.reset, k_reset, levels)
 
         def body(state, key):
@@ -80,7 +87,9 @@ def random_action_sps(opts, scans):
 
 
 def train_sps(opts):
-    flags = script_flags(opts, opts.num_envs) + [
+    import jax
+
+    flags = script_flags(opts, opts.num_envs, jax.device_count()) + [
         "--total-timesteps", opts.num_envs * opts.num_steps * opts.iterations, "--eval-every", 0,
         "--sfl-update-period", opts.iterations, "--sfl-num-candidates", opts.num_envs,  # one small buffer refresh
         "--sfl-buffer-size", min(1024, opts.num_envs),
@@ -126,7 +135,8 @@ def weak_scaling(opts):
 
 
 def first_update(opts):
-    flags = ["--env-size", opts.env_size, "--model", opts.model, "--num-envs", opts.num_envs, "--eval-every", 0, *opts.extra]
+    flags = ["--env-size", opts.env_size, "--model", opts.model, "--num-envs", opts.num_envs,
+             "--level-filter-pool", filter_pool(opts.num_envs), "--eval-every", 0, *opts.extra]
 
     def measure():
         with tempfile.TemporaryDirectory() as tmp, open(os.path.join(tmp, "stderr.txt"), "w+") as log:

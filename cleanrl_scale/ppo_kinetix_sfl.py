@@ -15,11 +15,12 @@ about half of the time, and every batch draws a share rho of its levels from tha
   checkpoints (`--save-every`, `--resume`).
 """
 import json
+import math
 import os
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from functools import partial
 from typing import NamedTuple, Optional
@@ -78,8 +79,16 @@ class Args:
     """actor-critic: transformer (Kinetix's, on entity observations) or mlp (on flat symbolic observations)"""
     eval_every: int = 10
     """evaluate the solve rates every this many updates (and after the last; 0 = never)"""
-    num_eval_levels: int = 512
-    """number of levels sampled once from the training distribution for `eval/solve_rate_sampled`"""
+    num_eval_levels: int = 100
+    """number of random levels in `eval/solve_rate_sampled`'s set (Kinetix: 100)"""
+    eval_levels_seed: int = 100
+    """seed of that set, the same for every --seed (Kinetix samples it with PRNGKey(100))"""
+    eval_num_attempts: int = 20
+    """attempts per evaluation level, each from the level's start (Kinetix's eval_num_attempts)"""
+    filter_levels: bool = True
+    """draw random levels as Kinetix does (filter_levels): 2x candidates, 64 no-op steps, levels a no-op solves kept with weight 0.001"""
+    level_filter_pool: int = 512
+    """random levels are filtered in pools of this many (from 2x candidates), keyed by pool; must divide each device's fresh levels and envs"""
 
     # Algorithm specific arguments (stagnation paper, Table 2, SFL column)
     total_timesteps: int = 5_000_000_000  # not in Table 2; this project's choice
@@ -105,9 +114,11 @@ class Args:
     norm_adv: bool = True
     """Toggles advantages normalization (per minibatch, over all devices)"""
     clip_coef: float = 0.2
-    """the surrogate clipping coefficient"""
+    """the surrogate clipping coefficient epsilon (relative to the proximal policy)"""
     clip_vloss: bool = True
     """Toggles whether or not to use a clipped loss for the value function"""
+    vf_clip_coef: Optional[float] = None
+    """the value clipping range (unset = follow --clip-coef, as Kinetix does); set it to sweep epsilon alone"""
     ent_coef: float = 0.01
     """coefficient of the entropy"""
     vf_coef: float = 0.5
@@ -118,6 +129,14 @@ class Args:
     """width of the actor's and the critic's tanh layers (after the transformer, or on the flat observation)"""
     num_layers: int = 5
     """tanh layers of the actor and of the critic"""
+
+    # PPO-EWMA (stagnation §2.2, App. E, Fig. 18; Hilton et al., 2022), as in ppo_ewma_jax.py
+    ewma_com: Optional[float] = None
+    """centre of mass C of the EWMA proximal policy in minibatch steps, beta = C / (C + 1); unset = standard PPO"""
+    ewma_bias_correction: bool = True
+    """count the initial copy as one sample of the EWMA, as openai/ppo-ewma's EwmaModel does (total_weight)"""
+    imp_samp_max: float = 100.0
+    """bound of the ratio pi / pi_behaviour (openai/ppo-ewma's logp_adj, in both PPO modes); 0 = no bound"""
 
     # SFL (Rutherford et al., 2024; stagnation Table 3)
     sfl_preset: str = "2048"
@@ -235,17 +254,27 @@ def resolve_args(args, num_devices=None):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
     resolve_preset(args)
     args.num_devices = jax.device_count() if num_devices is None else num_devices
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers",
-                 "num_eval_levels", "sfl_num_candidates", "sfl_update_period", "sfl_buffer_size", "sfl_rollout_length"):
+    for field in fields(args):  # inf and nan break every rule below without failing a comparison
+        value = getattr(args, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers", "num_eval_levels",
+                 "eval_num_attempts", "level_filter_pool", "sfl_num_candidates", "sfl_update_period", "sfl_buffer_size",
+                 "sfl_rollout_length"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     check_distributed(args)
-    for flag in ("minibatch_size", "eval_every", "save_every", "dense_reward_scale"):
-        if getattr(args, flag) < 0:
+    for flag in ("minibatch_size", "eval_every", "save_every", "dense_reward_scale", "imp_samp_max", "ent_coef", "vf_coef"):
+        if not getattr(args, flag) >= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "clip_coef"):
+    for flag in ("learning_rate", "max_grad_norm"):
         if not getattr(args, flag) > 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("clip_coef", "vf_clip_coef"):  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
+        if getattr(args, flag) is not None and not 0 < getattr(args, flag) < 1:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in (0, 1) (got {getattr(args, flag)})")
+    if args.ewma_com is not None and not args.ewma_com >= 0:
+        raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
     for flag in ("gamma", "gae_lambda", "sfl_sample_ratio"):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
@@ -255,11 +284,18 @@ def resolve_args(args, num_devices=None):
         raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
     if args.sfl_buffer_size > args.sfl_num_candidates:
         raise BadFlag(f"--sfl-buffer-size {args.sfl_buffer_size} must not exceed --sfl-num-candidates {args.sfl_num_candidates}")
-    for flag in ("num_envs", "sfl_num_candidates", "num_eval_levels"):
+    for flag in ("num_envs", "sfl_num_candidates"):
         if getattr(args, flag) % args.num_devices:
             raise BadFlag(f"--{flag.replace('_', '-')} {getattr(args, flag)} must be divisible by the {args.num_devices} devices")
     if args.sfl_num_candidates % args.num_envs:
         raise BadFlag(f"--sfl-num-candidates {args.sfl_num_candidates} must be a multiple of --num-envs {args.num_envs} (rolled out num-envs at a time)")
+    fresh, _ = buffer_positions(args.num_envs, args.num_devices, args.sfl_sample_ratio)  # raises on an uneven split
+    local_envs = args.num_envs // args.num_devices
+    if args.filter_levels and (fresh.shape[1] % args.level_filter_pool or local_envs % args.level_filter_pool):
+        raise BadFlag(
+            f"--level-filter-pool {args.level_filter_pool} must divide each device's {fresh.shape[1]} fresh levels and "
+            f"{local_envs} envs (random levels are filtered in pools); lower it, or --no-filter-levels"
+        )
     args.batch_size = args.num_envs * args.num_steps
     if args.scaling_recipe != "none":
         if args.num_minibatches is not None or args.minibatch_size:
@@ -281,6 +317,7 @@ def resolve_args(args, num_devices=None):
             raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
         args.minibatch_size = args.batch_size // args.num_minibatches
     # minibatches are built per env (see minibatch_ids): M | T, or T | M with M / T dividing each device's envs
+    # (envs are dealt into the M / T groups within blocks of M / T consecutive ids)
     m, t, local_envs = args.num_minibatches, args.num_steps, args.num_envs // args.num_devices
     if not (t % m == 0 or (m % t == 0 and local_envs % (m // t) == 0)):
         raise BadFlag(
@@ -295,10 +332,14 @@ def resolve_args(args, num_devices=None):
             raise BadFlag(f"--resume {args.resume}: no such file")
         try:
             meta, _ = read_checkpoint(args.resume)
+            missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
+            missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
         except Exception as e:  # a truncated or foreign file
             raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+        if missing:
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
         for flag in STRUCTURAL_FLAGS:
-            if meta["args"].get(flag) != getattr(args, flag):
+            if meta["args"][flag] != getattr(args, flag):
                 raise BadFlag(
                     f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
                     f"this run has {getattr(args, flag)}; only flags that keep the network and buffer shapes may change"
@@ -317,8 +358,13 @@ def learnability(successes, episodes):
     return p * (1.0 - p), p
 
 
+def buffer_score(p):
+    """What Kinetix's SFL ranks candidates by (`experiments/sfl.py`): p (1 - p) + 0.001 p, so ties go to solved levels."""
+    return p * (1.0 - p) + 0.001 * p
+
+
 def top_k_levels(scores, success_rates, level_ids, levels, k):
-    """The k highest-learnability levels, best first, ties broken by the lower global level index.
+    """The k highest-scoring levels, best first, ties broken by the lower global level index.
 
     The explicit tie-break makes the buffer the same however the candidates are split over devices.
     """
@@ -328,22 +374,87 @@ def top_k_levels(scores, success_rates, level_ids, levels, k):
 
 def from_buffer_mask(global_ids, rho):
     """Which envs draw their level from the buffer: exactly floor((i + 1) rho) of the first i + 1, spread evenly."""
-    return jnp.floor((global_ids + 1) * rho) > jnp.floor(global_ids * rho)
+    return np.floor((np.asarray(global_ids) + 1) * rho) > np.floor(np.asarray(global_ids) * rho)
+
+
+def buffer_positions(num_envs, num_devices, rho):
+    """(fresh, buffer): the local positions of each device's fresh-level and buffer-level envs, (devices, count).
+
+    The mask is a function of the global env id, so any split over devices draws the same levels; each
+    device must hold the same number of each (rho x envs per device a whole number), so that it samples
+    exactly the fresh levels it uses.
+    """
+    mask = from_buffer_mask(np.arange(num_envs), rho).reshape(num_devices, -1)
+    counts = mask.sum(1)
+    if (counts != counts[0]).any():
+        raise BadFlag(
+            f"--sfl-sample-ratio {rho} gives the devices' {num_envs // num_devices} envs {counts.min()} to {counts.max()} "
+            "buffer levels, where each must hold as many: rho x envs per device must be a whole number"
+        )
+    order = np.argsort(mask, axis=1, kind="stable")  # fresh positions first, each in increasing order
+    n_fresh = mask.shape[1] - counts[0]
+    return order[:, :n_fresh].astype(np.int32), order[:, n_fresh:].astype(np.int32)
 
 
 def minibatch_ids(rng, global_ids, num_steps, num_minibatches):
     """(num_steps, envs) minibatch index of every transition, decided per env so that it does not depend on the devices.
 
-    Each env's steps are shuffled; with M | T every minibatch gets T / M steps of every env, with T | M
-    the envs with index = r mod (M / T) fill minibatches r T ... (r + 1) T - 1, one step each.
+    Each env's steps are shuffled. With M | T every minibatch gets T / M steps of every env. With T | M the
+    envs form G = M / T groups, each env spreading its T steps over its group's T minibatches; envs are
+    dealt into the groups by a new random permutation of every block of G consecutive global ids each
+    epoch, so each device (which holds whole blocks) has an equal share of every minibatch, and which
+    envs share a minibatch changes from epoch to epoch (as Kinetix's per-epoch env permutation does).
     """
+    k_steps, k_groups = jax.random.split(rng)
+
     def per_env(env_id):
-        perm = jax.random.permutation(jax.random.fold_in(rng, env_id), num_steps)
+        perm = jax.random.permutation(jax.random.fold_in(k_steps, env_id), num_steps)
         if num_steps % num_minibatches == 0:
             return perm // (num_steps // num_minibatches)
-        return (env_id % (num_minibatches // num_steps)) * num_steps + perm
+        groups = num_minibatches // num_steps
+        group = jax.random.permutation(jax.random.fold_in(k_groups, env_id // groups), groups)[env_id % groups]
+        return group * num_steps + perm
 
     return jax.vmap(per_env, out_axes=1)(global_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# PPO-EWMA (stagnation §2.2, eq. 4; App. E), as openai/ppo-ewma does it (see ppo_ewma_jax.py)
+# ---------------------------------------------------------------------------------------------
+def ewma_beta(com):
+    """Decay of an EWMA whose centre of mass is `com` steps: COM = 1 / (1 - beta) - 1."""
+    return com / (com + 1.0)
+
+
+def ewma_update(prox_params, params, beta, total_weight, bias_correction=True):
+    """One EWMA step after a minibatch step: (theta_prox, total weight); openai's `EwmaModel.update`
+    counts the initial copy as one sample: w' = beta w + 1, theta_prox <- (beta w / w') theta_prox + theta / w'."""
+    if not bias_correction:
+        return jax.tree.map(lambda p, q: beta * p + (1.0 - beta) * q, prox_params, params), total_weight
+    new_total = beta * total_weight + 1.0
+    decayed = beta * total_weight / new_total
+    return jax.tree.map(lambda p, q: decayed * p + q / new_total, prox_params, params), new_total
+
+
+def decoupled_policy_loss(newlogprob, prox_logprob, behav_logprob, advantages, clip_coef, imp_samp_max):
+    """openai/ppo-ewma's `compute_losses` (ppo_ewma/ppo.py): the clipped objective relative to the proximal
+    policy, with log pi_behav replaced by max(log pi_behav, stop_gradient(log pi) - log imp_samp_max) in both
+    terms (the ratio pi / pi_behav bounded by imp_samp_max; 0 = no bound). With prox = behav: PPO's loss.
+    Returns (loss, clip fraction, share of samples where the bound is active)."""
+    logratio = newlogprob - prox_logprob
+    logp_adj = behav_logprob
+    if imp_samp_max > 0:
+        logp_adj = jnp.maximum(behav_logprob, jax.lax.stop_gradient(newlogprob) - math.log(imp_samp_max))
+    pg_losses = -advantages * jnp.exp(newlogprob - logp_adj)
+    clipped_logratio = jnp.clip(logratio, math.log(1.0 - clip_coef), math.log(1.0 + clip_coef))
+    pg_losses2 = -advantages * jnp.exp(clipped_logratio + prox_logprob - logp_adj)
+    loss = jnp.maximum(pg_losses, pg_losses2).mean()
+    clipfrac = ((logratio < math.log(1.0 - clip_coef)) | (logratio > math.log(1.0 + clip_coef))).mean()
+    if imp_samp_max > 0:
+        imp_samp_clipfrac = (newlogprob - behav_logprob > math.log(imp_samp_max)).mean()
+    else:
+        imp_samp_clipfrac = jnp.zeros(())
+    return loss, clipfrac, imp_samp_clipfrac
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,7 +555,7 @@ def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
 # Kinetix
 # ---------------------------------------------------------------------------------------------
 class Env(NamedTuple):
-    sample_level: callable  # rng -> one random level
+    sample_levels: callable  # (rng, n) -> n random levels (Kinetix's filtered sampler, or plain draws)
     reset: callable  # (key, level) -> obs, state
     step: callable  # (key, state, action, level) -> obs, state, reward, done, solved; resets onto `level`
     example_obs: object  # shapes and dtypes of one observation (an array, or Kinetix's EntityObservation)
@@ -457,7 +568,7 @@ def make_env(args):
     from kinetix.environment.env import make_kinetix_env
     from kinetix.environment.env_state import EnvParams
     from kinetix.environment.spaces import ActionType, ObservationType
-    from kinetix.environment.ued.ued import make_reset_fn_sample_kinetix_level
+    from kinetix.environment.ued.ued import UEDParams, create_vmapped_filtered_distribution, make_reset_fn_sample_kinetix_level
     from kinetix.environment.utils import static_env_params_from_size
     from kinetix.util.saving import load_evaluation_levels
 
@@ -466,6 +577,15 @@ def make_env(args):
     obs_type = ObservationType.SYMBOLIC_ENTITY if args.model == "transformer" else ObservationType.SYMBOLIC_FLAT
     env = make_kinetix_env(ActionType.MULTI_DISCRETE, obs_type, None, env_params, static_params)
     sample_level = make_reset_fn_sample_kinetix_level(env_params, static_params, physics_engine=env.physics_engine)
+
+    def sample_levels(key, n):
+        """n random levels from one key. With --filter-levels, Kinetix's own filter (`filter_levels: true`,
+        `level_filter_sample_ratio: 2`, `level_filter_n_steps: 64` of configs/learning/ppo-base.yaml): 2n
+        candidates, 64 no-op steps, n drawn without replacement with weight 0.001 for levels a no-op solves."""
+        if args.filter_levels:
+            return create_vmapped_filtered_distribution(key, sample_level, env_params, static_params, UEDParams(), n, env,
+                                                        True, 2, args.env_size, 64)[0]
+        return jax.vmap(sample_level)(jax.random.split(key, n))
 
     def reset(key, level):
         return env.reset(key, env_params, level)
@@ -481,7 +601,7 @@ def make_env(args):
     handmade, _ = load_evaluation_levels([f"{args.env_size}/{n}.json" for n in names], static_env_params_override=static_params)
     dims = tuple(int(n) for n in np.asarray(env.action_space(env_params).number_of_dims_per_distribution))
     example_obs = jax.eval_shape(lambda key: reset(key, sample_level(key))[0], jax.random.PRNGKey(0))
-    return Env(sample_level, reset, step, example_obs, dims, int(env_params.max_timesteps), (tuple(names), handmade))
+    return Env(sample_levels, reset, step, example_obs, dims, int(env_params.max_timesteps), (tuple(names), handmade))
 
 
 class Transition(NamedTuple):
@@ -499,11 +619,13 @@ class Shared(NamedTuple):
 
     params: dict
     opt_state: tuple
+    prox_params: dict  # PPO-EWMA's EWMA of the params (= the params under standard PPO)
+    ewma_weight: jnp.ndarray  # total weight of the EWMA (openai's total_weight)
     rng: jnp.ndarray
 
 
 class Buffer(NamedTuple):
-    """The SFL buffer: the K levels of highest learnability, best first (replicated)."""
+    """The SFL buffer: the K levels of highest buffer_score (p (1 - p) + 0.001 p), best first (replicated)."""
 
     levels: tuple
     scores: jnp.ndarray
@@ -531,6 +653,11 @@ def make_train(args, env):
     else:
         schedule = optax.constant_schedule(args.learning_rate)
     tx = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(schedule, eps=1e-5))
+    ewma = args.ewma_com is not None
+    beta = ewma_beta(args.ewma_com) if ewma else 0.0
+    vf_clip_coef = args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef
+    fresh_positions, buffer_positions_ = (jnp.asarray(x) for x in buffer_positions(args.num_envs, args.num_devices, args.sfl_sample_ratio))
+    pool = args.level_filter_pool if args.filter_levels else 1
 
     def global_ids(n_local):
         return jax.lax.axis_index("d") * n_local + jnp.arange(n_local)
@@ -546,32 +673,43 @@ def make_train(args, env):
     def init(rng):
         rng, k_net = jax.random.split(rng)
         params = network.init(k_net, jax.tree.map(lambda x: jnp.zeros((1,) + x.shape, x.dtype), env.example_obs))
-        return strong(Shared(params, tx.init(params), rng))
+        return strong(Shared(params, tx.init(params), params, jnp.ones(()), rng))
+
+    def levels_by_index(rng, first, n):
+        """Random levels number first ... first + n - 1 of the stream keyed by rng, drawn in pools of
+        `pool` keyed by the pool's index, so that any split over devices draws the same levels."""
+        pools = jax.vmap(lambda j: env.sample_levels(jax.random.fold_in(rng, j), pool))(first // pool + jnp.arange(n // pool))
+        return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), pools)
 
     def rollout_levels(rng, buffer):
-        """Each env's level for this rollout: a share rho from the buffer, the rest fresh random levels."""
-        ids = global_ids(local_envs)
+        """Each env's level for this rollout: a share rho from the buffer (picked uniformly), the rest fresh
+        random levels; only the fresh levels that are used are sampled."""
+        device = jax.lax.axis_index("d")
+        fresh_pos, buffer_pos = fresh_positions[device], buffer_positions_[device]
         k_fresh, k_pick = jax.random.split(rng)
-        fresh = keyed(env.sample_level, k_fresh, ids)
-        picks = keyed(lambda k: jax.random.randint(k, (), 0, args.sfl_buffer_size), k_pick, ids)
-        from_buffer = from_buffer_mask(ids, args.sfl_sample_ratio)
-        return jax.tree.map(
-            lambda f, b: jnp.where(from_buffer.reshape((-1,) + (1,) * (f.ndim - 1)), b[picks], f), fresh, buffer.levels
-        )
+        example = jax.tree.map(lambda x: x[0], buffer.levels)
+        levels = jax.tree.map(lambda x: jnp.zeros((local_envs,) + x.shape, x.dtype), example)
+        if fresh_pos.shape[0]:  # the k-th fresh env over all devices gets fresh level k
+            fresh = levels_by_index(k_fresh, device * fresh_pos.shape[0], fresh_pos.shape[0])
+            levels = jax.tree.map(lambda x, f: x.at[fresh_pos].set(f), levels, fresh)
+        if buffer_pos.shape[0]:
+            picks = keyed(lambda k: jax.random.randint(k, (), 0, args.sfl_buffer_size), k_pick, global_ids(local_envs)[buffer_pos])
+            levels = jax.tree.map(lambda x, b: x.at[buffer_pos].set(b[picks]), levels, buffer.levels)
+        return levels
 
-    def loss_fn(params, mb, advantages, targets):
+    def loss_fn(params, prox_logprob, mb, advantages, targets):
         logp, newvalue = policy_and_value(params, mb.obs)
         newlogprob = log_prob(logp, mb.action)
-        ratio = jnp.exp(newlogprob - mb.logprob)
-        pg_loss = jnp.maximum(-advantages * ratio, -advantages * jnp.clip(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+        pg_loss, clipfrac, imp_samp_clipfrac = decoupled_policy_loss(newlogprob, prox_logprob, mb.logprob, advantages,
+                                                                     args.clip_coef, args.imp_samp_max)
         if args.clip_vloss:
-            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -args.clip_coef, args.clip_coef)
+            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -vf_clip_coef, vf_clip_coef)
             v_loss = 0.5 * jnp.maximum((newvalue - targets) ** 2, (v_clipped - targets) ** 2).mean()
         else:
             v_loss = 0.5 * ((newvalue - targets) ** 2).mean()
         entropy_loss = entropy(logp).mean()
-        clipfrac = (jnp.abs(ratio - 1.0) > args.clip_coef).mean()
-        return pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss, (pg_loss, v_loss, entropy_loss, clipfrac)
+        loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+        return loss, (pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac)
 
     def update(shared, buffer):
         rng, k_levels, k_reset, k_roll, k_epochs = jax.random.split(shared.rng, 5)
@@ -596,16 +734,22 @@ def make_train(args, env):
                                           args.gamma, args.gae_lambda)
 
         def update_minibatch(carry, minibatch):
-            params, opt_state = carry
+            params, opt_state, prox_params, ewma_weight = carry
             mb, mb_advantages, mb_targets = minibatch
             if args.norm_adv:  # statistics of the whole minibatch, over all devices
                 mean = jax.lax.pmean(mb_advantages.mean(), "d")
                 std = jnp.sqrt(jax.lax.pmean(((mb_advantages - mean) ** 2).mean(), "d"))
                 mb_advantages = (mb_advantages - mean) / (std + 1e-8)
-            (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, mb, mb_advantages, mb_targets)
+            prox_logprob = log_prob(policy_and_value(prox_params, mb.obs)[0], mb.action) if ewma else mb.logprob
+            (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets)
             grads = jax.lax.pmean(grads, "d")  # every device holds an equal share of the minibatch
             updates, opt_state = tx.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), (*jax.lax.pmean(aux, "d"), optax.global_norm(grads))
+            params = optax.apply_updates(params, updates)
+            if ewma:
+                prox_params, ewma_weight = ewma_update(prox_params, params, beta, ewma_weight, args.ewma_bias_correction)
+            else:
+                prox_params = params
+            return (params, opt_state, prox_params, ewma_weight), (*jax.lax.pmean(aux, "d"), optax.global_norm(grads))
 
         def update_epoch(carry, rng):
             order = jnp.argsort(minibatch_ids(rng, ids, args.num_steps, args.num_minibatches).reshape(-1), stable=True)
@@ -615,26 +759,32 @@ def make_train(args, env):
             )
             return jax.lax.scan(update_minibatch, carry, minibatches)
 
-        (params, opt_state), losses = jax.lax.scan(update_epoch, (shared.params, shared.opt_state),
-                                                   jax.random.split(k_epochs, args.update_epochs))
+        (params, opt_state, prox_params, ewma_weight), losses = jax.lax.scan(
+            update_epoch, (shared.params, shared.opt_state, shared.prox_params, shared.ewma_weight),
+            jax.random.split(k_epochs, args.update_epochs))
 
         # KL(behaviour || updated policy) on the whole batch, exact; DDR = batch / KL (stagnation §4.4)
         chunks = jax.tree.map(lambda x: x.reshape((args.num_minibatches, local_mb) + x.shape[2:]), (traj.obs, traj.behav_logp))
         kl_sums = jax.lax.map(lambda c: kl_divergence(c[1], policy_and_value(params, c[0])[0]).sum(), chunks)
-        pg_loss, v_loss, entropy_loss, clipfrac, grad_norm = jax.tree.map(jnp.mean, losses)
+        pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac, grad_norm = jax.tree.map(jnp.mean, losses)
         done, ret_sum, solved = jax.tree.map(lambda x: jax.lax.psum(x.sum(), "d"), stats)
         metrics = {
             "losses/policy_loss": pg_loss,
             "losses/value_loss": v_loss,
             "losses/entropy": entropy_loss,
             "losses/clipfrac": clipfrac,
+            "losses/imp_samp_clipfrac": imp_samp_clipfrac,
             "losses/grad_norm": grad_norm,
             "losses/approx_kl": jax.lax.psum(kl_sums.sum(), "d") / args.batch_size,
             "episodes": done,
             "episode_return_sum": ret_sum,
             "episodes_solved": solved,
         }
-        return strong(Shared(params, opt_state, rng)), metrics
+        if ewma:
+            prox_kls = jax.lax.map(lambda c: kl_divergence(policy_and_value(prox_params, c[0])[0],
+                                                           policy_and_value(params, c[0])[0]).sum(), chunks)
+            metrics["losses/prox_kl"] = jax.lax.psum(prox_kls.sum(), "d") / args.batch_size
+        return strong(Shared(params, opt_state, prox_params, ewma_weight, rng)), metrics
 
     def play(params, rng, levels, num_steps, ids=None):
         """Roll each level out from its start for num_steps steps (episodes restart on it): (successes, episodes, first solved).
@@ -665,29 +815,37 @@ def make_train(args, env):
         k_levels, k_play = jax.random.split(rng)
 
         def chunk(c):
-            ids = c * args.num_envs + global_ids(local_envs)
-            levels = keyed(env.sample_level, k_levels, ids)
-            successes, episodes, _ = play(shared.params, jax.random.fold_in(k_play, c), levels, args.sfl_rollout_length)
-            scores, p = learnability(successes, episodes)
-            return scores, p, ids, levels
+            ids = c * args.num_envs + global_ids(local_envs)  # candidate c * num_envs + i is env i's level in chunk c
+            levels = levels_by_index(k_levels, ids[0], local_envs)
+            successes, episodes, _ = play(shared.params, jax.random.fold_in(k_play, c), levels, args.sfl_rollout_length, ids)
+            _, p = learnability(successes, episodes)
+            return buffer_score(p), p, ids, levels
 
         candidates = jax.lax.map(chunk, jnp.arange(chunks))
-        candidates = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), candidates)
-        # local top K, gathered from every device, then the global top K among those
-        k_local = min(args.sfl_buffer_size, candidates[0].shape[0])
-        local_top = top_k_levels(*candidates, k_local)
-        gathered = jax.tree.map(lambda x: jax.lax.all_gather(x, "d", tiled=True), local_top)
-        scores, p, _, levels = top_k_levels(*gathered, args.sfl_buffer_size)
-        return strong(Buffer(levels, scores, p))
+        scores, p, ids, levels = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), candidates)
+        # each device's top K by (score, id); those (score, p, id) gathered, the global top K chosen on every
+        # device alike; then only the K winning levels travel: each device fills in the winners it holds
+        # and a psum assembles them (K levels, not devices x K)
+        k_local = min(args.sfl_buffer_size, scores.shape[0])
+        local = jnp.lexsort((ids, -scores))[:k_local]
+        gathered = jax.tree.map(lambda x: jax.lax.all_gather(x[local], "d", tiled=True), (scores, p, ids))
+        winners = jnp.lexsort((gathered[2], -gathered[0]))[: args.sfl_buffer_size]
+        mine = (winners // k_local) == jax.lax.axis_index("d")
+        held = local[winners % k_local]
 
-    def evaluate(params, rng, sampled, handmade):
-        """First-episode success from the start: its mean over the sampled levels (split over devices) and
-        per hand-designed level (every device plays them all, keyed by level index, so all agree)."""
-        n_sampled, n_handmade = (jax.tree.leaves(x)[0].shape[0] for x in (sampled, handmade))
-        ids = jnp.concatenate([global_ids(n_sampled), args.num_eval_levels + jnp.arange(n_handmade)])
-        levels = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), sampled, handmade)
-        _, _, first = play(params, rng, levels, env.max_episode_steps, ids)
-        return jax.lax.pmean(first[:n_sampled].mean(), "d"), first[n_sampled:].astype(jnp.float32)
+        def assemble(x):
+            mask = mine.reshape((-1,) + (1,) * (x.ndim - 1))
+            part = jnp.where(mask, x[held], jnp.zeros((), x.dtype)).astype(jnp.uint8 if x.dtype == jnp.bool_ else x.dtype)
+            return jax.lax.psum(part, "d").astype(x.dtype)
+
+        return strong(Buffer(jax.tree.map(assemble, levels), gathered[0][winners], gathered[1][winners]))
+
+    def evaluate(params, rng, levels):
+        """Per level, the share of --eval-num-attempts attempts, each from the level's start, whose first
+        episode reaches the goal (Kinetix's eval). Every device plays every level alike (replicated)."""
+        n = jax.tree.leaves(levels)[0].shape[0]
+        attempt = lambda k: play(params, k, levels, env.max_episode_steps, jnp.arange(n))[2]
+        return jax.vmap(attempt)(jax.random.split(rng, args.eval_num_attempts)).astype(jnp.float32).mean(0)
 
     return init, update, sfl_update, evaluate, schedule
 
@@ -720,7 +878,7 @@ def main(args):
     init, update, sfl_update, evaluate, schedule = make_train(args, env)
     mesh = Mesh(np.array(jax.devices()), ("d",))
     shard = partial(jax.shard_map, mesh=mesh, check_vma=False)
-    R, S = P(), P("d")  # replicated, split over devices
+    R = P()  # replicated: each device's share of the envs is picked inside the functions by its axis index
     replicated = NamedSharding(mesh, R)
 
     def replicate(tree):
@@ -730,14 +888,10 @@ def main(args):
     init = jax.jit(shard(init, in_specs=R, out_specs=R))
     update = jax.jit(shard(update, in_specs=(R, R), out_specs=(R, R)), donate_argnums=0)
     sfl_update = jax.jit(shard(sfl_update, in_specs=(R, R), out_specs=R))
-    evaluate = jax.jit(shard(evaluate, in_specs=(R, R, S, R), out_specs=(R, R)))
-    sample_eval_levels = jax.jit(shard(
-        lambda rng: jax.vmap(lambda i: env.sample_level(jax.random.fold_in(rng, i)))(
-            jax.lax.axis_index("d") * (args.num_eval_levels // args.num_devices) + jnp.arange(args.num_eval_levels // args.num_devices)
-        ), in_specs=R, out_specs=S))
+    evaluate = jax.jit(shard(evaluate, in_specs=(R, R, R), out_specs=R))
 
     rng = jax.random.PRNGKey(args.seed)
-    rng, k_init, k_sfl, k_eval_levels = jax.random.split(rng, 4)
+    rng, k_init, k_sfl = jax.random.split(rng, 3)
     start_iteration, global_step = 0, 0
     if args.resume is not None:
         target = jax.eval_shape(lambda: (init(k_init), sfl_update(init(k_init), k_sfl)))
@@ -745,9 +899,11 @@ def main(args):
         shared, buffer = replicate(restored)
     else:
         shared = init(replicate(k_init))
-    eval_levels = sample_eval_levels(replicate(k_eval_levels))
+    # the evaluation set: --num-eval-levels random levels drawn once with --eval-levels-seed (the same for
+    # every --seed, as Kinetix's PRNGKey(100) set), then the hand-designed levels; every process draws it alike
+    sampled = jax.device_get(jax.jit(env.sample_levels, static_argnums=1)(jax.random.PRNGKey(args.eval_levels_seed), args.num_eval_levels))
     handmade_names, handmade_levels = env.handmade
-    handmade_levels = replicate(handmade_levels)
+    eval_levels = replicate(jax.tree.map(lambda a, b: np.concatenate([np.asarray(a), np.asarray(b)]), sampled, handmade_levels))
     eval_rng = jax.random.PRNGKey(args.seed + 10_000)  # evaluation never draws from the training stream
 
     lead = jax.process_index() == 0  # only process 0 logs and checkpoints
@@ -758,7 +914,11 @@ def main(args):
             f"{args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} updates, "
             f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} (recipe {args.scaling_recipe}); "
             f"SFL preset {args.sfl_preset}: N {args.sfl_num_candidates}, T {args.sfl_update_period}, K {args.sfl_buffer_size}, "
-            f"L {args.sfl_rollout_length}, rho {args.sfl_sample_ratio:g}"
+            f"L {args.sfl_rollout_length}, rho {args.sfl_sample_ratio:g}; random levels "
+            + (f"filtered as Kinetix does, in pools of {args.level_filter_pool}" if args.filter_levels else "unfiltered")
+            + ("" if args.ewma_com is None else
+               f"; PPO-EWMA COM {args.ewma_com:g} against {args.update_epochs * args.num_minibatches} minibatch steps per update "
+               f"(PPO's proximal policy lags {(args.update_epochs * args.num_minibatches - 1) / 2:g} on average)")
             + (f"; resuming {args.resume} after update {start_iteration}" if args.resume else "")
         )
         if args.track:
@@ -783,7 +943,8 @@ def main(args):
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if (iteration - 1) % args.sfl_update_period == 0:
             buffer = sfl_update(shared, replicate(jax.random.fold_in(k_sfl, iteration)))
-            log("sfl/mean_learnability", host(buffer.scores).mean(), global_step)
+            buffer_p = host(buffer.success_rates)
+            log("sfl/mean_learnability", (buffer_p * (1 - buffer_p)).mean(), global_step)
             log("sfl/buffer_solve_rate", host(buffer.success_rates).mean(), global_step)
         shared, metrics = update(shared, buffer)
         metrics = jax.tree.map(host, metrics)
@@ -799,10 +960,10 @@ def main(args):
         log("charts/learning_rate", float(schedule(iteration * args.update_epochs * args.num_minibatches)), global_step)
         if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations):
             k_eval = replicate(jax.random.fold_in(eval_rng, iteration))
-            sampled, per_level = map(host, evaluate(shared.params, k_eval, eval_levels, handmade_levels))
-            log("eval/solve_rate_sampled", sampled, global_step)
-            log("eval/solve_rate_handmade", per_level.mean(), global_step)
-            for name, solved_level in zip(handmade_names, per_level):
+            per_level = host(evaluate(shared.params, k_eval, eval_levels))
+            log("eval/solve_rate_sampled", per_level[: args.num_eval_levels].mean(), global_step)
+            log("eval/solve_rate_handmade", per_level[args.num_eval_levels :].mean(), global_step)
+            for name, solved_level in zip(handmade_names, per_level[args.num_eval_levels :]):
                 log(f"eval_handmade/{name}", solved_level, global_step)
         if lead and args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations):
             os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)

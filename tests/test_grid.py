@@ -410,8 +410,11 @@ RUNNER_GRIDS = {
     "recipes.sh": 5 * (5 * 3 + 4), "com_eps.sh": 3 * 5 * 5, "stag_fig5b_eps.sh": 5 * 5,
     "stag_fig3a_resume.sh": 5 * 2, "stag_fig4_lr.sh": 3 * 3 * 3 * 2, "stag_fig6_epochs.sh": 3 * 4 * (4 + 3),
     "stag_fig7_minibatch.sh": 3 * 3 * (3 + 2), "ddr_budgets.sh": 3 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 5 * (1 + 2),
-    "sfl_scaling.sh": 3 * 3,
+    "sfl_scaling.sh": 2 * 3 * 3, "sfl_fig15_minibatches.sh": 0, "sfl_fig17_lr.sh": 3 * 3, "sfl_fig18_ewma.sh": 3 * (1 + 3),
+    "sfl_fig19_filtering.sh": 3 * 3,
 }
+# runs that span several nodes are printed as sbatch commands (benchmark/slurm/)
+RUNNER_SBATCH = {"sfl_scaling.sh": 2, "sfl_fig15_minibatches.sh": 3 * 3}
 
 
 @pytest.fixture(scope="module")
@@ -434,6 +437,7 @@ def test_runners_expand_the_papers_grids(dry_runs, runner):
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("(cd ")]
     assert len(set(lines)) == RUNNER_GRIDS[runner]
+    assert len({line for line in result.stdout.splitlines() if "sbatch --nodes 16" in line}) == RUNNER_SBATCH.get(runner, 0)
     assert all(len(Path(line.split(" && ")[0][4:]).name) < 255 for line in lines)
 
 

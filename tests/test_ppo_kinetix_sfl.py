@@ -12,11 +12,13 @@ from conftest import assert_bad_input, finish, finish_ok, load_script, read_valu
 
 SCRIPT = "ppo_kinetix_sfl"
 FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-TINY = ["--model", "mlp", "--env-size", "s", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "2",
+# M = 2T minibatches (envs dealt into 2 groups), Kinetix's level filter in pools of 1 (4 devices hold 1 fresh level each)
+TINY = ["--model", "mlp", "--env-size", "s", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "32",
         "--update-epochs", "1", "--sfl-num-candidates", "16", "--sfl-update-period", "2", "--sfl-buffer-size", "4",
-        "--sfl-rollout-length", "16", "--num-eval-levels", "8", "--total-timesteps", "384"]
+        "--sfl-rollout-length", "16", "--num-eval-levels", "8", "--eval-num-attempts", "2", "--level-filter-pool", "1",
+        "--total-timesteps", "384"]
 EVERY_UPDATE = ["losses/approx_kl", "charts/ddr", "losses/policy_loss", "losses/value_loss", "losses/entropy",
-                "losses/clipfrac", "losses/grad_norm", "charts/SPS", "charts/learning_rate"]
+                "losses/clipfrac", "losses/imp_samp_clipfrac", "losses/grad_norm", "charts/SPS", "charts/learning_rate"]
 TRAINING = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/grad_norm", "charts/episodic_return"]
 # size s: 4 motors of 3 categories and 2 thrusters of 2; a fresh policy (output scale 0.01) is near uniform
 UNIFORM_ENTROPY = 4 * np.log(3) + 2 * np.log(2)
@@ -33,6 +35,18 @@ def test_learnability_is_p_times_1_minus_p_of_finished_episodes(sfl):
     scores, p = sfl.learnability(successes, episodes)
     np.testing.assert_allclose(p, [0.0, 0.5, 1.0, 0.25, 0.0])
     np.testing.assert_allclose(scores, [0.0, 0.25, 0.0, 0.1875, 0.0])
+
+
+def test_buffer_score_is_kinetix_learnability_plus_a_thousandth_of_p(sfl):
+    """Kinetix experiments/sfl.py: `learnability = learnability + success_rates * 0.001`, top by argsort."""
+    p = jnp.array([0.0, 1.0, 0.5, 0.25, 0.75])
+    np.testing.assert_allclose(sfl.buffer_score(p), p * (1 - p) + 0.001 * p, rtol=1e-6)
+    # unsolved and solved levels both have p (1 - p) = 0: the solved one ranks first, as in Kinetix
+    _, _, ids, _ = sfl.top_k_levels(sfl.buffer_score(p[:2]), p[:2], jnp.arange(2), {"x": jnp.arange(2)}, 1)
+    assert ids.tolist() == [1]
+    # 0.75 and 0.25 have equal p (1 - p); 0.75 ranks first
+    _, _, ids, _ = sfl.top_k_levels(sfl.buffer_score(p), p, jnp.arange(5), {"x": jnp.arange(5)}, 3)
+    assert ids.tolist() == [2, 4, 3]
 
 
 def test_top_k_keeps_the_most_learnable_levels_best_first_and_breaks_ties_by_index(sfl):
@@ -66,7 +80,38 @@ def test_rho_of_the_envs_take_buffer_levels_spread_evenly(sfl, rho, n):
     assert abs(halves[0] - halves[1]) <= 1
 
 
-@pytest.mark.parametrize("steps, minibatches, envs", [(16, 4, 6), (16, 16, 3), (4, 8, 6), (4, 16, 8)])
+@pytest.mark.parametrize("envs, devices, rho, fresh", [(16, 4, 0.5, 2), (16, 2, 0.25, 6), (8, 1, 0.0, 8), (8, 2, 1.0, 0)])
+def test_buffer_positions_split_evenly_over_devices(sfl, envs, devices, rho, fresh):
+    fresh_pos, buffer_pos = sfl.buffer_positions(envs, devices, rho)
+    assert fresh_pos.shape == (devices, fresh) and buffer_pos.shape == (devices, envs // devices - fresh)
+    mask = sfl.from_buffer_mask(np.arange(envs), rho).reshape(devices, -1)
+    for d in range(devices):  # the same global envs take buffer levels however the envs are split
+        assert not mask[d, fresh_pos[d]].any() and mask[d, buffer_pos[d]].all()
+
+
+def test_buffer_positions_refuse_an_uneven_split(sfl):
+    with pytest.raises(sfl.BadFlag, match="rho x envs per device must be a whole number"):
+        sfl.buffer_positions(10, 2, 0.3)  # ids 3 | 6, 9 take buffer levels: 1 on one device, 2 on the other
+
+
+def test_every_minibatch_holds_buffer_levels_at_rate_rho_when_minibatches_outnumber_steps(sfl):
+    """App. D's 1M config has M = 4T: each minibatch's buffer share must be rho within sampling error, not 0 or 1
+    (envs used to be grouped by index mod M / T, the same index the buffer mask uses)."""
+    import jax
+
+    envs, steps, minibatches = 1024, 4, 16
+    from_buffer = sfl.from_buffer_mask(np.arange(envs), 0.5)
+    memberships = []
+    for epoch in range(4):
+        ids = np.asarray(sfl.minibatch_ids(jax.random.PRNGKey(epoch), jnp.arange(envs), steps, minibatches))
+        share = np.array([from_buffer[np.nonzero(ids == m)[1]].mean() for m in range(minibatches)])
+        # 256 envs per minibatch, one from each block of 4 ids: sd = sqrt(0.5 * 0.5 / 256) ~ 0.031
+        assert np.abs(share - 0.5).max() < 0.16, share
+        memberships.append(ids[0] // steps)  # each env's group this epoch
+    assert not all((m == memberships[0]).all() for m in memberships[1:])  # new groups every epoch
+
+
+@pytest.mark.parametrize("steps, minibatches, envs", [(16, 4, 6), (16, 16, 3), (4, 8, 8), (4, 16, 8)])
 def test_minibatches_are_equal_and_do_not_depend_on_how_envs_are_split(sfl, steps, minibatches, envs):
     import jax
 
@@ -75,7 +120,28 @@ def test_minibatches_are_equal_and_do_not_depend_on_how_envs_are_split(sfl, step
     counts = np.bincount(np.asarray(ids).ravel(), minlength=minibatches)
     assert len(counts) == minibatches and (counts == steps * envs // minibatches).all()
     half = sfl.minibatch_ids(jax.random.PRNGKey(3), jnp.arange(envs // 2, envs), steps, minibatches)
-    np.testing.assert_array_equal(half, ids[:, envs // 2 :])  # a device holding envs 3..5 builds the same
+    np.testing.assert_array_equal(half, ids[:, envs // 2 :])  # a device holding the second half builds the same
+    for device in range(2):  # and each half (a device's share) holds an equal part of every minibatch
+        part = np.bincount(np.asarray(ids)[:, device * envs // 2 : (device + 1) * envs // 2].ravel(), minlength=minibatches)
+        assert (part == part[0]).all()
+
+
+def test_ewma_and_loss_are_the_same_as_ppo_ewma_jax(sfl):
+    """The SFL script's copy of PPO-EWMA's loss and EWMA (CleanRL's bargain) equals ppo_ewma_jax.py's, which is
+    tested against openai/ppo-ewma."""
+    ewma = load_script("ppo_ewma_jax")
+    rng = np.random.default_rng(0)
+    behav = rng.normal(-3, 2, 128)
+    new, prox, adv = behav + rng.normal(0, 2.5, 128), behav + rng.normal(0, 2.5, 128), rng.normal(0, 1, 128)
+    for imp_samp_max in (100.0, 0.0):
+        args = [jnp.asarray(x, jnp.float32) for x in (new, prox, behav, adv)] + [0.2, imp_samp_max]
+        for a, b in zip(sfl.decoupled_policy_loss(*args), ewma.decoupled_policy_loss(*args)):
+            np.testing.assert_array_equal(a, b)
+    prox_params, params = {"w": jnp.ones(3)}, {"w": jnp.arange(3.0)}
+    for correction in (True, False):
+        a, b = (m.ewma_update(prox_params, params, 0.9, jnp.array(2.0), correction) for m in (sfl, ewma))
+        np.testing.assert_array_equal(a[0]["w"], b[0]["w"])
+        np.testing.assert_array_equal(a[1], b[1])
 
 
 @pytest.mark.parametrize("preset, expected", [
@@ -104,6 +170,14 @@ def test_explicit_flags_override_the_preset(sfl):
     (["--process-id", "1"], "--process-id only applies with --distributed", None),
     (["--distributed", "--num-processes", "2", "--process-id", "2"], "--process-id must lie in [0, --num-processes)", None),
     (["--resume", "missing.npz"], "--resume missing.npz: no such file", None),
+    (["--max-grad-norm", "0"], "--max-grad-norm must be positive", None),
+    (["--max-grad-norm", "-1"], "--max-grad-norm must be positive", None),
+    (["--learning-rate", "inf"], "--learning-rate must be a finite number", None),
+    (["--ewma-com", "inf"], "--ewma-com must be a finite number", None),
+    (["--vf-clip-coef", "1"], "--vf-clip-coef must lie in (0, 1)", None),
+    (["--num-envs", "8", "--sfl-num-candidates", "16", "--sfl-buffer-size", "4", "--sfl-sample-ratio", "0.25"],
+     "rho x envs per device must be a whole number", FOUR_DEVICES),
+    (["--num-envs", "8", "--sfl-num-candidates", "16", "--sfl-buffer-size", "4"], "--level-filter-pool 512 must divide", None),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag, env):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120, extra_env=env), tmp_path, flag)
@@ -114,7 +188,8 @@ def runs(tmp_path_factory):
     """Three tiny runs started together: compiling is mostly single-threaded and this CPU has 2 cores."""
     configs = {
         "mlp": (TINY + ["--eval-every", "2", "--save-every", "1"], None),
-        "transformer": (TINY[2:] + ["--model", "transformer", "--eval-every", "3", "--track"], None),
+        "transformer": (TINY[2:] + ["--model", "transformer", "--eval-every", "3", "--track", "--ewma-com", "4",
+                                    "--no-filter-levels"], None),
         "four_devices": (TINY + ["--eval-every", "0"], FOUR_DEVICES),
     }
     dirs = {name: tmp_path_factory.mktemp(name) for name in configs}
@@ -136,6 +211,9 @@ def assert_logs_every_tag(result, scalars, model):
     assert all(0 <= v <= 1 for v in scalars["eval/solve_rate_sampled"] + scalars["eval/solve_rate_handmade"])
     handmade = [tag for tag in scalars if tag.startswith("eval_handmade/")]
     assert len(handmade) == 10  # Kinetix ships 10 hand-designed levels of size s
+    # 2 attempts per level: a level's solve rate is 0, 1/2 or 1; over the 8 sampled levels, a multiple of 1/16
+    assert all(v in (0.0, 0.5, 1.0) for tag in handmade for v in scalars[tag])
+    assert all(abs(v * 16 - round(v * 16)) < 1e-5 for v in scalars["eval/solve_rate_sampled"])
     np.testing.assert_allclose(np.mean([scalars[t] for t in handmade], axis=0), scalars["eval/solve_rate_handmade"], rtol=1e-6)
     np.testing.assert_allclose(scalars["charts/ddr"], [128 / kl for kl in scalars["losses/approx_kl"]], rtol=1e-4)
     np.testing.assert_allclose(scalars["losses/entropy"][0], UNIFORM_ENTROPY, atol=2e-3)
@@ -151,6 +229,8 @@ def test_tiny_transformer_run_logs_every_tag_and_tracks_to_wandb(runs):
     (_, result, scalars, _), workdir = runs["transformer"]
     assert_logs_every_tag(result, scalars, "transformer")
     assert len(scalars["eval/solve_rate_sampled"]) == 1
+    assert "PPO-EWMA COM 4 against 32 minibatch steps per update" in result.stdout and "unfiltered" in result.stdout
+    assert len(scalars["losses/prox_kl"]) == 3 and all(v > 0 for v in scalars["losses/prox_kl"])
     assert len(list((workdir / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
 
 

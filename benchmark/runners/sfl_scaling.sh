@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
-# Stagnation Fig. 11: PPO + SFL on Kinetix size l at Table 3's 2048, 8192 and 65536 envs, 3 seeds, on
-# one GPU node each (LAUNCH_FLAGS="--slurm --slurm-gpus 8 ..."); the 1M-env column needs several nodes:
-# benchmark/slurm/ppo_kinetix_sfl_multinode.sbatch, printed at the end.
+# Stagnation Fig. 11: PPO + SFL on Kinetix sizes s and l at Table 3's presets with the paper's scaling
+# recipe (App. D), 3 seeds, solve rate on the sampled evaluation set:
+#   2048 envs: the Kinetix baseline (32 minibatches, lr 5e-5);
+#   8192, 65536 envs: more minibatches (128, 1024) of the baseline's size at its learning rate;
+#   1M envs (128 GPUs): the hybrid of App. D, 1024 minibatches 16x the size, lr x4 -- several nodes:
+#   benchmark/slurm/ppo_kinetix_sfl_multinode.sbatch, printed at the end.
+# Budget, this project's choice: 2e10 steps, past the baseline's plateau (before 1e10 in the paper).
+# Each preset runs on one GPU node (LAUNCH_FLAGS="--slurm --slurm-gpus 8 ...").
 source "$(dirname "$0")/common.sh"
 if smoke; then
-    SEEDS="1"; PRESETS=(--model mlp --env-size s --num-envs 8 16 --num-steps 16 --num-minibatches 2 --update-epochs 1
-        --sfl-num-candidates 16 --sfl-update-period 2 --sfl-buffer-size 4 --sfl-rollout-length 16 --num-eval-levels 8
-        --eval-every 1); BUDGET=(--iterations 3)
+    SEEDS="1"; SIZES="s"; BUDGET=(--iterations 2)
+    TINY=(--model mlp --num-steps 16 --update-epochs 1 --sfl-update-period 2 --sfl-buffer-size 4 --sfl-rollout-length 16
+          --num-eval-levels 4 --eval-num-attempts 1 --eval-every 2 --level-filter-pool 4 --base-num-envs 8 --base-num-minibatches 2)
+    BASE=("${TINY[@]}" --num-envs 8 --sfl-num-candidates 16 --num-minibatches 2)
+    SCALED=("${TINY[@]}" --num-envs 32 --sfl-num-candidates 32 --scaling-recipe more-minibatches)
 else
-    SEEDS="1 2 3"; PRESETS=(--env-size l --sfl-preset 2048 8192 65536); BUDGET=(--fixed-budget --total-timesteps 5000000000)
+    SEEDS="1 2 3"; SIZES="s l"; BUDGET=(--fixed-budget --total-timesteps 20000000000)
+    BASE=(--sfl-preset 2048); SCALED=(--sfl-preset 8192 65536 --scaling-recipe more-minibatches)
 fi
-launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${PRESETS[@]}"
-analyze sfl --x-flag $(smoke && echo num-envs || echo sfl-preset)
-smoke || echo "1M envs: sbatch --nodes 4 $ROOT/benchmark/slurm/ppo_kinetix_sfl_multinode.sbatch"
+launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- --env-size $SIZES "${BASE[@]}"
+launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- --env-size $SIZES "${SCALED[@]}"
+analyze sfl --x-flag num-envs
+smoke || for size in $SIZES; do
+    echo "1M envs, size $size: sbatch --nodes 16 $ROOT/benchmark/slurm/ppo_kinetix_sfl_multinode.sbatch --env-size $size" \
+         "--scaling-recipe hybrid --hybrid-minibatch-factor 16 --total-timesteps 1000000000000"
+done
