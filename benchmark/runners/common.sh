@@ -18,7 +18,23 @@ ATARI10="Amidar-v5 Bowling-v5 Frostbite-v5 KungFuMaster-v5 Riverraid-v5 BattleZo
 FAILED=0
 trap 'rc=$?; exit $(( rc ? rc : FAILED ))' EXIT  # a crash keeps its status; else 1 if a grid failed
 
+# SMOKE's tiny SFL config (Kinetix size s, MLP, one epoch, short rollouts, a small evaluation); SFL_TINY8
+# adds 8 envs, 2 minibatches, 16 candidates and a buffer of 4
+SFL_TINY=(--model mlp --env-size s --num-steps 16 --update-epochs 1 --sfl-update-period 2 --sfl-rollout-length 16
+          --num-eval-levels 4 --eval-num-attempts 1 --eval-every 2 --level-filter-pool 4)
+SFL_TINY8=("${SFL_TINY[@]}" --num-envs 8 --num-minibatches 2 --sfl-num-candidates 16 --sfl-buffer-size 4)
+
 smoke() { [[ "${SMOKE:-0}" == 1 ]]; }
+
+# The setting of the SFL ablations (stagnation App. E): Table 3's 8192-env preset at size l, 3 seeds, 2e10 steps
+# (this project's budget); SMOKE: the tiny config, 1 seed, 2 updates. Sets SEEDS, BUDGET and CONFIG.
+sfl_ablation() {
+    if smoke; then
+        SEEDS="1"; BUDGET=(--iterations 2); CONFIG=("${SFL_TINY8[@]}")
+    else
+        SEEDS="1 2 3"; BUDGET=(--fixed-budget --total-timesteps 20000000000); CONFIG=(--env-size l --sfl-preset 8192)
+    fi
+}
 dry_run() { [[ "${DRY_RUN:-0}" == 1 ]]; }
 on_slurm() { [[ " ${LAUNCH_FLAGS:-} " == *" --slurm "* ]]; }
 if smoke && [[ -z "${LAUNCH_FLAGS:-}" ]]; then LAUNCH_FLAGS="--workers 2"; fi

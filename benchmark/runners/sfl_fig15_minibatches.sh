@@ -8,10 +8,9 @@
 # same three recipes at a tiny scale through the launcher, 64 envs from a base of 8 with 2 minibatches.
 source "$(dirname "$0")/common.sh"
 if smoke; then
-    launch minibatches --script ppo_kinetix_sfl --seeds 1 --iterations 2 -- --model mlp --env-size s --num-steps 16 \
-        --update-epochs 1 --sfl-num-candidates 64 --sfl-update-period 2 --sfl-buffer-size 4 --sfl-rollout-length 16 \
-        --num-eval-levels 4 --eval-num-attempts 1 --eval-every 2 --level-filter-pool 4 --num-envs 64 \
-        --base-num-envs 8 --base-num-minibatches 2 --scaling-recipe hybrid --hybrid-minibatch-factor 2 8
+    launch minibatches --script ppo_kinetix_sfl --seeds 1 --iterations 2 -- "${SFL_TINY[@]}" --num-envs 64 \
+        --sfl-num-candidates 64 --sfl-buffer-size 4 --base-num-envs 8 --base-num-minibatches 2 --scaling-recipe hybrid \
+        --hybrid-minibatch-factor 2 8
     analyze minibatches --x-flag hybrid-minibatch-factor
 else
     for recipe in "--scaling-recipe bigger-minibatch" "--scaling-recipe hybrid --hybrid-minibatch-factor 16" \

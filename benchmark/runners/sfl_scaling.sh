@@ -9,17 +9,16 @@
 # Each preset runs on one GPU node (LAUNCH_FLAGS="--slurm --slurm-gpus 8 ...").
 source "$(dirname "$0")/common.sh"
 if smoke; then
-    SEEDS="1"; SIZES="s"; BUDGET=(--iterations 2)
-    TINY=(--model mlp --num-steps 16 --update-epochs 1 --sfl-update-period 2 --sfl-buffer-size 4 --sfl-rollout-length 16
-          --num-eval-levels 4 --eval-num-attempts 1 --eval-every 2 --level-filter-pool 4 --base-num-envs 8 --base-num-minibatches 2)
-    BASE=("${TINY[@]}" --num-envs 8 --sfl-num-candidates 16 --num-minibatches 2)
-    SCALED=("${TINY[@]}" --num-envs 32 --sfl-num-candidates 32 --scaling-recipe more-minibatches)
+    SEEDS="1"; BUDGET=(--iterations 2)
+    BASE=("${SFL_TINY8[@]}")
+    SCALED=("${SFL_TINY[@]}" --num-envs 32 --sfl-num-candidates 32 --sfl-buffer-size 4 --scaling-recipe more-minibatches
+            --base-num-envs 8 --base-num-minibatches 2)
 else
     SEEDS="1 2 3"; SIZES="s l"; BUDGET=(--fixed-budget --total-timesteps 20000000000)
-    BASE=(--sfl-preset 2048); SCALED=(--sfl-preset 8192 65536 --scaling-recipe more-minibatches)
+    BASE=(--env-size $SIZES --sfl-preset 2048); SCALED=(--env-size $SIZES --sfl-preset 8192 65536 --scaling-recipe more-minibatches)
 fi
-launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- --env-size $SIZES "${BASE[@]}"
-launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- --env-size $SIZES "${SCALED[@]}"
+launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${BASE[@]}"
+launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${SCALED[@]}"
 analyze sfl --x-flag num-envs
 smoke || for size in $SIZES; do
     echo "1M envs, size $size: sbatch --nodes 16 $ROOT/benchmark/slurm/ppo_kinetix_sfl_multinode.sbatch --env-size $size" \
