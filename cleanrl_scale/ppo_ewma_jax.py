@@ -197,10 +197,13 @@ def resolve_args(args):
     for flag in ("learning_rate", "max_grad_norm"):
         if not getattr(args, flag) > 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("clip_coef", "vf_clip_coef"):  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
-        if getattr(args, flag) is not None and not 0 < getattr(args, flag) < 1:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in (0, 1) (got {getattr(args, flag)})")
-    for flag in ("imp_samp_max", "ent_coef", "vf_coef"):
+    if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
+        raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
+    if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
+        raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
+    if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
+        raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
+    for flag in ("ent_coef", "vf_coef"):
         if not getattr(args, flag) >= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("gamma", "gae_lambda"):

@@ -264,15 +264,18 @@ def resolve_args(args, num_devices=None):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     check_distributed(args)
-    for flag in ("minibatch_size", "eval_every", "save_every", "dense_reward_scale", "imp_samp_max", "ent_coef", "vf_coef"):
+    for flag in ("minibatch_size", "eval_every", "save_every", "dense_reward_scale", "ent_coef", "vf_coef"):
         if not getattr(args, flag) >= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "max_grad_norm"):
         if not getattr(args, flag) > 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("clip_coef", "vf_clip_coef"):  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
-        if getattr(args, flag) is not None and not 0 < getattr(args, flag) < 1:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in (0, 1) (got {getattr(args, flag)})")
+    if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
+        raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
+    if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
+        raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
+    if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
+        raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
     if args.ewma_com is not None and not args.ewma_com >= 0:
         raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
     for flag in ("gamma", "gae_lambda", "sfl_sample_ratio"):
@@ -370,6 +373,34 @@ def top_k_levels(scores, success_rates, level_ids, levels, k):
     """
     idx = jnp.lexsort((level_ids, -scores))[:k]
     return scores[idx], success_rates[idx], level_ids[idx], jax.tree.map(lambda x: x[idx], levels)
+
+
+def top_k_over_devices(scores, success_rates, level_ids, levels, k):
+    """`top_k_levels` of every device's candidates together, inside `shard_map` over axis "d" (replicated result).
+
+    Each device ranks its own candidates; the (score, p, id) of each local top k are gathered and every
+    device picks the same global top k; then only the k winning levels travel: each device fills in the
+    winners it holds and a psum assembles them (k levels, not devices x k).
+    """
+    k_local = min(k, scores.shape[0])
+    local = jnp.lexsort((level_ids, -scores))[:k_local]
+    gathered = jax.tree.map(lambda x: jax.lax.all_gather(x[local], "d", tiled=True), (scores, success_rates, level_ids))
+    winners = jnp.lexsort((gathered[2], -gathered[0]))[:k]  # gathered device by device: winner w is device w // k_local's
+    mine = (winners // k_local) == jax.lax.axis_index("d")
+    held = local[winners % k_local]
+
+    def assemble(x):
+        # the devices that do not hold a winner add 0; floats are summed as their bit patterns, so that every
+        # value arrives exactly (signed zeros too), and booleans as bytes
+        mask = mine.reshape((-1,) + (1,) * (x.ndim - 1))
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            bits = jnp.dtype(f"uint{x.dtype.itemsize * 8}")
+            part = jnp.where(mask, jax.lax.bitcast_convert_type(x[held], bits), jnp.zeros((), bits))
+            return jax.lax.bitcast_convert_type(jax.lax.psum(part, "d"), x.dtype)
+        part = jnp.where(mask, x[held], jnp.zeros((), x.dtype)).astype(jnp.uint8 if x.dtype == jnp.bool_ else x.dtype)
+        return jax.lax.psum(part, "d").astype(x.dtype)
+
+    return gathered[0][winners], gathered[1][winners], gathered[2][winners], jax.tree.map(assemble, levels)
 
 
 def from_buffer_mask(global_ids, rho):
@@ -822,23 +853,9 @@ def make_train(args, env):
             return buffer_score(p), p, ids, levels
 
         candidates = jax.lax.map(chunk, jnp.arange(chunks))
-        scores, p, ids, levels = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), candidates)
-        # each device's top K by (score, id); those (score, p, id) gathered, the global top K chosen on every
-        # device alike; then only the K winning levels travel: each device fills in the winners it holds
-        # and a psum assembles them (K levels, not devices x K)
-        k_local = min(args.sfl_buffer_size, scores.shape[0])
-        local = jnp.lexsort((ids, -scores))[:k_local]
-        gathered = jax.tree.map(lambda x: jax.lax.all_gather(x[local], "d", tiled=True), (scores, p, ids))
-        winners = jnp.lexsort((gathered[2], -gathered[0]))[: args.sfl_buffer_size]
-        mine = (winners // k_local) == jax.lax.axis_index("d")
-        held = local[winners % k_local]
-
-        def assemble(x):
-            mask = mine.reshape((-1,) + (1,) * (x.ndim - 1))
-            part = jnp.where(mask, x[held], jnp.zeros((), x.dtype)).astype(jnp.uint8 if x.dtype == jnp.bool_ else x.dtype)
-            return jax.lax.psum(part, "d").astype(x.dtype)
-
-        return strong(Buffer(jax.tree.map(assemble, levels), gathered[0][winners], gathered[1][winners]))
+        scores, p, _, levels = top_k_over_devices(*jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), candidates),
+                                                  args.sfl_buffer_size)
+        return strong(Buffer(levels, scores, p))
 
     def evaluate(params, rng, levels):
         """Per level, the share of --eval-num-attempts attempts, each from the level's start, whose first
@@ -890,7 +907,7 @@ def main(args):
     sfl_update = jax.jit(shard(sfl_update, in_specs=(R, R), out_specs=R))
     evaluate = jax.jit(shard(evaluate, in_specs=(R, R, R), out_specs=R))
 
-    rng = jax.random.PRNGKey(args.seed)
+    rng = jax.random.fold_in(jax.random.PRNGKey(args.seed), 1)  # apart from the evaluation set's PRNGKey(--eval-levels-seed)
     rng, k_init, k_sfl = jax.random.split(rng, 3)
     start_iteration, global_step = 0, 0
     if args.resume is not None:

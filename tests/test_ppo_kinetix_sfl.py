@@ -96,6 +96,41 @@ def test_top_k_of_local_top_ks_is_the_global_top_k(sfl):
     np.testing.assert_array_equal(whole[2], split[2])
 
 
+TOP_K_OVER_4_DEVICES = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+sys.path.insert(0, sys.argv[1])
+from benchmark.common import load_script
+sfl = load_script("ppo_kinetix_sfl")
+rng = np.random.default_rng(0)
+n, k = 24, 10  # 6 candidates on each of 4 devices, k larger than that
+scores = jnp.asarray(rng.choice([0.0, 0.09, 0.1875, 0.25], n), jnp.float32)  # many ties
+p, ids = jnp.asarray(rng.random(n), jnp.float32), jnp.arange(n) + 100
+levels = {"id": ids * 10, "minus_zero": -jnp.zeros(n), "flag": ids % 3 == 0, "x": jnp.asarray(rng.normal(size=(n, 2)), jnp.float32)}
+mesh = Mesh(np.array(jax.devices()), ("d",))
+top = jax.jit(jax.shard_map(lambda *a: sfl.top_k_over_devices(*a, k), mesh=mesh, in_specs=P("d"), out_specs=P(), check_vma=False))
+got, want = top(scores, p, ids, levels), sfl.top_k_levels(scores, p, ids, levels, k)
+assert len(jax.devices()) == 4
+for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(a, b)
+assert np.signbit(np.asarray(got[3]["minus_zero"])).all()  # a signed zero survives the psum
+print("same top k")
+"""
+
+
+def test_top_k_over_four_devices_is_the_top_k_of_all_candidates(tmp_path):
+    """Local top k, gathered (score, p, id), winners' levels assembled by a psum: the same buffer as one device's."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    result = subprocess.run([sys.executable, "-c", TOP_K_OVER_4_DEVICES, str(Path(__file__).resolve().parents[1])],
+                            capture_output=True, text=True, timeout=300, env=dict(os.environ, **FOUR_DEVICES))
+    assert result.returncode == 0 and "same top k" in result.stdout, result.stderr[-3000:]
+
+
 @pytest.mark.parametrize("rho, n", [(0.5, 16), (0.25, 12), (0.0, 8), (1.0, 8), (0.3, 10)])
 def test_rho_of_the_envs_take_buffer_levels_spread_evenly(sfl, rho, n):
     mask = np.asarray(sfl.from_buffer_mask(jnp.arange(n), rho))
@@ -198,7 +233,8 @@ def test_explicit_flags_override_the_preset(sfl):
     (["--max-grad-norm", "-1"], "--max-grad-norm must be positive", None),
     (["--learning-rate", "inf"], "--learning-rate must be a finite number", None),
     (["--ewma-com", "inf"], "--ewma-com must be a finite number", None),
-    (["--vf-clip-coef", "1"], "--vf-clip-coef must lie in (0, 1)", None),
+    (["--vf-clip-coef", "0"], "--vf-clip-coef must be positive", None),
+    (["--imp-samp-max", "0.5"], "--imp-samp-max must be 0 (no bound) or >= 1", None),
     (["--num-envs", "8", "--sfl-num-candidates", "16", "--sfl-buffer-size", "4", "--sfl-sample-ratio", "0.25"],
      "rho x envs per device must be a whole number", FOUR_DEVICES),
     (["--num-envs", "8", "--sfl-num-candidates", "16", "--sfl-buffer-size", "4"], "--level-filter-pool 512 must divide", None),

@@ -5,7 +5,7 @@
 # later), size l, 3 seeds; budget 2e10 steps. The 1M reference run is sfl_scaling.sh's.
 source "$(dirname "$0")/common.sh"
 sfl_ablation
-COMS=$(smoke && echo 64 || echo "256 1024 4096")
-launch ppo --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${CONFIG[@]}"
-launch ewma --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${CONFIG[@]}" --ewma-com $COMS
-compare ppo_vs_ewma "ppo ewma" --x-flag ewma-com
+# SMOKE: two COMs in one launch, minutes (the PPO arm is every other SFL runner's)
+smoke || launch ppo --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${CONFIG[@]}"
+launch ewma --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${CONFIG[@]}" --ewma-com $(smoke && echo 4 64 || echo 256 1024 4096)
+compare ppo_vs_ewma "$(smoke && echo ewma || echo ppo ewma)" --x-flag ewma-com

@@ -5,11 +5,12 @@
 # to filter through, or doing this and having a larger buffer", as its 1M run did).
 source "$(dirname "$0")/common.sh"
 sfl_ablation
-launch filtering --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${CONFIG[@]}"
-if smoke; then  # the tiny config with 4x the candidates (64), then also 4x the buffer (16)
-    CONFIG=("${SFL_TINY[@]}" --num-envs 8 --num-minibatches 2); MORE=(--sfl-num-candidates 64 --sfl-buffer-size 4 16)
+if smoke; then  # one launch, minutes: 16 or 64 candidates (the bigger buffer is left to the full grid)
+    launch filtering --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${SFL_TINY[@]}" --num-envs 8 --num-minibatches 2 \
+        --sfl-num-candidates 16 64 --sfl-buffer-size 4
 else
-    MORE=(--sfl-num-candidates 1048576 --sfl-buffer-size 8192 32768)
+    launch filtering --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${CONFIG[@]}"
+    launch filtering --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${CONFIG[@]}" --sfl-num-candidates 1048576 \
+        --sfl-buffer-size 8192 32768
 fi
-launch filtering --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${CONFIG[@]}" "${MORE[@]}"
 analyze filtering --x-flag sfl-num-candidates

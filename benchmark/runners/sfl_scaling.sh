@@ -8,17 +8,15 @@
 # Budget, this project's choice: 2e10 steps, past the baseline's plateau (before 1e10 in the paper).
 # Each preset runs on one GPU node (LAUNCH_FLAGS="--slurm --slurm-gpus 8 ...").
 source "$(dirname "$0")/common.sh"
-if smoke; then
-    SEEDS="1"; BUDGET=(--iterations 2)
-    BASE=("${SFL_TINY8[@]}")
-    SCALED=("${SFL_TINY[@]}" --num-envs 32 --sfl-num-candidates 32 --sfl-buffer-size 4 --scaling-recipe more-minibatches
-            --base-num-envs 8 --base-num-minibatches 2)
+if smoke; then  # the base (8 envs, 2 minibatches) and 4x the envs with 4x the minibatches, in one launch
+    launch sfl --script ppo_kinetix_sfl --seeds 1 --iterations 2 -- "${SFL_TINY[@]}" --num-envs 8 32 --sfl-num-candidates 32 \
+        --sfl-buffer-size 4 --scaling-recipe more-minibatches --base-num-envs 8 --base-num-minibatches 2
 else
     SEEDS="1 2 3"; SIZES="s l"; BUDGET=(--fixed-budget --total-timesteps 20000000000)
-    BASE=(--env-size $SIZES --sfl-preset 2048); SCALED=(--env-size $SIZES --sfl-preset 8192 65536 --scaling-recipe more-minibatches)
+    launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- --env-size $SIZES --sfl-preset 2048
+    launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- --env-size $SIZES --sfl-preset 8192 65536 \
+        --scaling-recipe more-minibatches
 fi
-launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${BASE[@]}"
-launch sfl --script ppo_kinetix_sfl --seeds $SEEDS "${BUDGET[@]}" -- "${SCALED[@]}"
 analyze sfl --x-flag num-envs
 smoke || for size in $SIZES; do
     echo "1M envs, size $size: sbatch --nodes 16 $ROOT/benchmark/slurm/ppo_kinetix_sfl_multinode.sbatch --env-size $size" \
