@@ -254,7 +254,8 @@ def runs(tmp_path_factory):
     }
     dirs = {name: tmp_path_factory.mktemp(name) for name in configs}
     started = {name: start_copy(SCRIPT, argv, dirs[name], extra_env=env) for name, (argv, env) in configs.items()}
-    return {name: (finish_ok(process, dirs[name]), dirs[name]) for name, process in started.items()}
+    # three Kinetix compiles sharing 2 cores: about 15 min here
+    return {name: (finish_ok(process, dirs[name], timeout=2400), dirs[name]) for name, process in started.items()}
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +298,7 @@ def test_tiny_transformer_run_logs_every_tag_and_tracks_to_wandb(runs):
 def test_resume_continues_exactly(tiny_run, tmp_path):
     run_dir, _, first, _ = tiny_run
     checkpoint = run_dir / "checkpoints" / "iter_1.npz"
-    _, result, resumed, _ = run_ok(SCRIPT, TINY + ["--eval-every", "2", "--resume", checkpoint], tmp_path)
+    _, result, resumed, _ = run_ok(SCRIPT, TINY + ["--eval-every", "2", "--resume", checkpoint], tmp_path, timeout=1800)
     assert "resuming" in result.stdout
     assert resumed["losses/policy_loss"] and len(resumed["losses/policy_loss"]) == 2  # updates 2 and 3
     for tag, values in resumed.items():
@@ -338,7 +339,7 @@ def test_two_processes_of_two_devices_train_like_one(tiny_run, tmp_path):
     flags = TINY + ["--eval-every", "2", "--distributed", "--coordinator-address", f"localhost:{port}", "--num-processes", "2"]
     env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
     processes = [start_copy(SCRIPT, flags + ["--process-id", i], tmp_path / f"p{i}", extra_env=env) for i in range(2)]
-    results = [finish(p, timeout=900) for p in processes]
+    results = [finish(p, timeout=1800) for p in processes]
     assert all(r.returncode == 0 for r in results), results[0].stderr[-3000:] + results[1].stderr[-3000:]
     assert "on 4 device(s) in 2 process(es)" in results[0].stdout and "PPO + SFL" not in results[1].stdout
     assert not run_dirs(tmp_path / "p1")
