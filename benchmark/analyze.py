@@ -64,7 +64,8 @@ DEFAULT_TAG = {
     "ppo_atari_envpool": "charts/episodic_return", "pqn_atari": "charts/episodic_return", "ppo_rnd": "charts/episodic_return",
     "ppo_ewma_jax": "charts/solve_rate", "ppo_kinetix_sfl": "eval/solve_rate_sampled", "noisy_sgd": "charts/neg_distance",
 }
-STEP_UNIT = {"noisy_sgd": "gradient steps"}  # what a script's logged step counts (default: environment steps)
+STEP_UNIT = {"noisy_sgd": "gradient steps"}
+TRAIN_SECONDS = "charts/train_seconds"  # the training clock a script logs (ppo_kinetix_sfl), carried over resumptions  # what a script's logged step counts (default: environment steps)
 IQM_STATISTICS = ("iqm", "mean", "median", "optimality_gap")
 # Args fields never part of a config: the run's env and seed, and what cannot change results (launch.NON_IDENTITY)
 NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume"}
@@ -246,13 +247,19 @@ def summarise_run(task):
     and downsampled curves; also the bytes read and the number of values of the wanted tags."""
     run_dir, tag, opts = task
     command = json.loads(Path(run_dir, "command.json").read_text())
-    tags = {tag} | ({"charts/ddr"} if opts["ddr"] else set())
+    tags = {tag} | ({"charts/ddr"} if opts["ddr"] else set()) | ({TRAIN_SECONDS} if opts["x_unit"] == "seconds" else set())
     data, nbytes = read_run(run_dir, tags, (DYNAMICS,) if opts["dynamics"] else ())
     wanted = sum(len(steps) for found in data.values() for steps, _ in found.values())
     out = {}
     for subrun, found in data.items():
         if tag not in found or not len(found[tag][0]):
             continue
+        clock = found.pop(TRAIN_SECONDS, None) if opts["x_unit"] == "seconds" else None
+        if opts["x_unit"] == "seconds" and clock is None:
+            return str(run_dir), command, {}, (nbytes, wanted), f"logs no {TRAIN_SECONDS}"
+        if clock is not None:
+            at = np.argsort(clock[0], kind="stable")
+            clock = (clock[0][at], clock[1][at])
         steps, values = found[tag]
         cut = steps.max() - opts["final_fraction"] * (steps.max() - steps.min())
         entry = {"final": float(values[steps >= cut].mean()), "best": float(values.max()),
@@ -264,9 +271,11 @@ def summarise_run(task):
             x, y = downsample(s, v, opts["points"])
             if opts["x_unit"] == "iterations":
                 x = x / command["batch_size"]
+            elif clock is not None:  # the training clock at each point's step
+                x = np.interp(x, clock[0], clock[1])
             entry["curves"][name] = (x, y)
         out[subrun] = entry
-    return str(run_dir), command, out, (nbytes, wanted)
+    return str(run_dir), command, out, (nbytes, wanted), None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,8 +549,9 @@ def build_parser():
     parser.add_argument("--reps", type=int, default=2000, help="bootstrap resamples (curves use a tenth, at least 100)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     parser.add_argument("--x-flag", default="num-envs", help="grid flag on the x axis of the final-score plot")
-    parser.add_argument("--x-unit", choices=["steps", "iterations"], default="steps",
-                        help="x of the curves: logged steps, or iterations (policy updates: steps / batch)")
+    parser.add_argument("--x-unit", choices=["steps", "iterations", "seconds"], default="steps",
+                        help="x of the curves: logged steps, iterations (policy updates: steps / batch), or seconds "
+                             f"of training, {TRAIN_SECONDS} (stagnation Fig. 16b)")
     parser.add_argument("--heatmap", nargs=2, metavar=("ROWS", "COLS"), default=["ewma-com", "clip-coef"])
     parser.add_argument("--best-of", metavar="FLAG", help="per config, keep only the value of FLAG with the best mean final "
                         "score (stagnation Fig. 4: the better of annealing on/off per learning rate; chosen on the same runs)")
@@ -580,12 +590,15 @@ def main(argv=None):
             summaries = list(pool.map(summarise_run, tasks, chunksize=1))
     else:
         summaries = [summarise_run(t) for t in tasks]
+    unreadable = [(c["name"], s[4]) for (_, c), s in zip(done, summaries) if s[4]]
+    if unreadable:
+        fail(f"--x-unit {opts.x_unit}: {len(unreadable)} runs {unreadable[0][1]}, e.g. {unreadable[0][0]}")
     nbytes, wanted = (sum(s[3][i] for s in summaries) for i in (0, 1))
     read_seconds = time.time() - started
 
     # one row per run (and sub-run): identity, every resolved flag that varies, scores
     rows, curve_rows, silent = [], [], []
-    for (_, command), (_, _, subruns, _) in zip(done, summaries):
+    for (_, command), (_, _, subruns, _, _) in zip(done, summaries):
         key = f"{command['grid']}/{command['name']}" if "grid" in command else command["name"]  # a shared run, once per grid
         if not subruns:
             silent.append(key)
@@ -645,7 +658,8 @@ def main(argv=None):
     curves = config_curves(runs_frame, tag, statistic, opts.points, max(opts.reps // 10, 100), opts.seed)
     curves.to_csv(out / "curves.csv", index=False)
 
-    unit = "iterations (policy updates)" if opts.x_unit == "iterations" else STEP_UNIT.get(sorted(scripts)[0], "environment steps")
+    unit = {"iterations": "iterations (policy updates)", "seconds": "training wall-clock time (seconds)"}.get(
+        opts.x_unit, STEP_UNIT.get(sorted(scripts)[0], "environment steps"))
     normalised = normalise and any(game(e) for e in scores.env)
     ylabel = "human-normalised score" if normalised else tag
     figures = {f"learning curves ({statistic}, 95% CI)": "curves.png"}

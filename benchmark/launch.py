@@ -34,8 +34,11 @@ the script resolves it, recipes and presets included; noisy_sgd: I gradient step
 
 Local runs (--workers K) each get a 1/K share of the CPUs (affinity and thread-count variables)
 and, when CUDA_VISIBLE_DEVICES lists GPUs, one of them. --slurm submits the runs as a Slurm job
-array through submitit (--slurm-* flags; --no-wait returns once submitted); --slurm-cluster
-debug/local runs that path here.
+array through submitit (--slurm-* flags; --no-wait returns once submitted, and a later launch leaves a run that
+an earlier one's job still holds, as squeue lists it, to that job); --slurm-cluster debug/local runs that path
+here. A run of several processes (--slurm-nodes N --slurm-tasks-per-node G: ppo_kinetix_sfl over N nodes of G
+GPUs) starts one process per task, joined by jax.distributed with task 0 as the coordinator; task 0 keeps the
+run's lock, log and status, task r logs to stdout.task<r>.log.
 """
 import argparse
 import contextlib
@@ -68,7 +71,9 @@ sys.path.insert(0, str(ROOT))
 from benchmark.common import load_script  # noqa: E402
 
 # Args fields that cannot change what a run learns: left out of its identity
-NON_IDENTITY = ("save_every", "track", "wandb_project_name", "wandb_entity")
+# (nor the process layout of a run that spans several processes: the scripts train alike on any device split)
+NON_IDENTITY = ("save_every", "track", "wandb_project_name", "wandb_entity", "distributed", "coordinator_address",
+                "num_processes", "process_id")
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
 BAD_INPUT, REQUEUE = 2, 75  # the scripts' exit status for bad flags; "preempted, checkpointed: requeue me"
 CHECKPOINT = re.compile(r"iter_(\d+)\.(npz|pt)")  # the scripts' checkpoint files, runs/<tb run>/checkpoints/iter_<N>.npz
@@ -327,7 +332,7 @@ class Attempt:
     def __init__(self):
         self.process, self.stopped = None, False
 
-    def __call__(self, run, store, env=None, cpus=None):
+    def __call__(self, run, store, env=None, cpus=None, task=None):
         if self.stopped:
             return "stopped"
         d = Path(store) / run["name"]
@@ -339,17 +344,14 @@ class Attempt:
         try:
             if (d / "done.json").exists():  # another launcher finished it meanwhile
                 return "skipped"
-            return self.execute(run, d, env, cpus)
+            return self.execute(run, d, env, cpus, task)
         finally:
             lock.release()
 
-    def execute(self, run, d, env, cpus):
-        argv = list(run["argv"])
-        checkpoint = newest_checkpoint(d) if "resume" in run["resolved"] else None
-        if checkpoint is not None:  # a previous attempt left one: continue from it (a user --resume is replaced)
-            at = argv.index("--resume") if "--resume" in argv else None
-            argv = (argv[:at] + argv[at + 2:] if at is not None else argv) + ["--resume", str(checkpoint.relative_to(d))]
-        else:  # start clean: no half-written logs of an earlier attempt remain
+    def execute(self, run, d, env, cpus, task=None):
+        argv, checkpoint = resumed_argv(run, d)
+        argv += task_flags(task)
+        if checkpoint is None:  # start clean: no half-written logs of an earlier attempt remain
             for stale in ("runs", "wandb"):
                 shutil.rmtree(d / stale, ignore_errors=True)
         for old in ("failed.json", "preempted.json"):
@@ -375,6 +377,20 @@ class Attempt:
                                          "log": str(d / "stdout.log"), "resumed_from": checkpoint and str(checkpoint)})
         return state
 
+    def follow(self, run, store, task):
+        """Task `rank` > 0 of a job of several tasks: one more process of the same command, joined to task 0's by
+        jax.distributed; the run's lock, log, status and copy of the script are task 0's (this task runs the script from
+        cleanrl_scale/, the copy's source, and logs to stdout.task<rank>.log)."""
+        d = Path(store) / run["name"]
+        argv = resumed_argv(run, d)[0] + task_flags(task)
+        with open(d / f"stdout.task{task[0]}.log", "w") as log:
+            log.write(f"$ python {run['script']}.py {' '.join(argv)}\n")
+            log.flush()
+            self.process = subprocess.Popen([sys.executable, SCRIPTS / f"{run['script']}.py", *argv], cwd=d,
+                                            stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+            returncode = self.process.wait()
+        return "done" if returncode == 0 else "preempted" if returncode in (REQUEUE, -signal.SIGTERM) else "failed"
+
     def stop(self):
         self.stopped = True
         if self.process is not None and self.process.poll() is None:
@@ -383,6 +399,25 @@ class Attempt:
                 self.process.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+
+
+def resumed_argv(run, d):
+    """(argv, checkpoint) of the next attempt: the run's command, resuming from the newest checkpoint a previous
+    attempt left, if any (a user --resume is replaced)."""
+    argv = list(run["argv"])
+    checkpoint = newest_checkpoint(d) if "resume" in run["resolved"] else None
+    if checkpoint is not None:
+        at = argv.index("--resume") if "--resume" in argv else None
+        argv = (argv[:at] + argv[at + 2:] if at is not None else argv) + ["--resume", str(checkpoint.relative_to(d))]
+    return argv, checkpoint
+
+
+def task_flags(task):
+    """The flags that join task (rank, count, coordinator) of a job of several tasks to the others (jax.distributed)."""
+    if task is None:
+        return []
+    rank, count, coordinator = task
+    return ["--distributed", "--coordinator-address", coordinator, "--num-processes", str(count), "--process-id", str(rank)]
 
 
 def attempt_with_retries(run, store, retries, env=None, cpus=None, attempt=None):
@@ -407,7 +442,14 @@ class SlurmTask(submitit.helpers.Checkpointable):
         self.attempt = Attempt()
 
     def __call__(self, run, store, retries):
-        return attempt_with_retries(run, store, retries, attempt=self.attempt)
+        job = submitit.JobEnvironment()
+        if job.num_tasks == 1:
+            return attempt_with_retries(run, store, retries, attempt=self.attempt)
+        # one process per task (--slurm-nodes x --slurm-tasks-per-node), task 0 the coordinator; no retry, which the
+        # other tasks would not join (a requeue restarts them all, from the newest checkpoint)
+        port = 20000 + int(hashlib.sha256(job.job_id.encode()).hexdigest(), 16) % 30000
+        task = (job.global_rank, job.num_tasks, f"{job.hostnames[0]}:{port}")
+        return self.attempt.follow(run, store, task) if job.global_rank else self.attempt(run, store, task=task)
 
     def checkpoint(self, *args, **kwargs):
         self.attempt.stop()  # the script checkpoints on SIGTERM where it can (exit 75)
@@ -464,8 +506,12 @@ def queued_job(opts, run):
     job = json.loads(record.read_text())
     if job.get("cluster") != "slurm":
         return None
-    state = submitit.SlurmJob(folder=job["folder"], job_id=job["job_id"]).state  # sacct, through submitit
-    return job["job_id"] if state in ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "CONFIGURING", "SUSPENDED") else None
+    try:  # squeue lists a job until it has ended (pending, running, requeued, suspended, completing); no accounting needed
+        listed = subprocess.run(["squeue", "--noheader", "--jobs", job["job_id"], "--format", "%T"], capture_output=True,
+                                text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return job["job_id"] if listed.returncode == 0 and listed.stdout.split() else None
 
 
 def launch_slurm(todo, opts):
@@ -477,9 +523,13 @@ def launch_slurm(todo, opts):
         return outcome
     folder = Path(opts.out_dir) / "slurm"
     executor = submitit.AutoExecutor(folder=folder, cluster=opts.slurm_cluster)
-    executor.update_parameters(timeout_min=opts.slurm_time, name=f"grid-{opts.script}")
+    executor.update_parameters(timeout_min=opts.slurm_time, name=f"grid-{opts.script}", tasks_per_node=opts.slurm_tasks_per_node)
+    if opts.slurm_nodes > 1:
+        executor.update_parameters(nodes=opts.slurm_nodes)
     if executor.cluster == "slurm":
-        executor.update_parameters(cpus_per_task=opts.slurm_cpus, gpus_per_node=opts.slurm_gpus, slurm_signal_delay_s=120,
+        if opts.slurm_gpus:
+            executor.update_parameters(gpus_per_node=opts.slurm_gpus)
+        executor.update_parameters(cpus_per_task=opts.slurm_cpus, slurm_signal_delay_s=120,
                                    slurm_partition=opts.slurm_partition, slurm_array_parallelism=opts.slurm_array_parallelism)
     with executor.batch():
         jobs = [executor.submit(SlurmTask(), run, opts.store, opts.retries) for run in todo]
@@ -490,7 +540,7 @@ def launch_slurm(todo, opts):
         return {**outcome, **{run["name"]: f"queued ({job.job_id})" for run, job in zip(todo, jobs)}}
     for run, job in zip(todo, jobs):
         try:
-            outcome[run["name"]] = job.result()
+            outcome[run["name"]] = job.results()[0]  # (task 0's, when the run spans several tasks)
         except Exception as e:  # timed out past its requeues, cancelled, node failure: reported, not raised
             outcome[run["name"]] = "failed"
             print(f"job {job.job_id} ({run['name']}) did not finish: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
@@ -538,7 +588,10 @@ def build_parser():
     parser.add_argument("--no-wait", action="store_true", help="with --slurm: return once the array is submitted")
     parser.add_argument("--slurm-cluster", default=None, help="submitit cluster: slurm (default), local or debug")
     parser.add_argument("--slurm-partition", default=None)
-    parser.add_argument("--slurm-gpus", type=int, default=1, help="GPUs per task")
+    parser.add_argument("--slurm-gpus", type=int, default=1, help="GPUs per node")
+    parser.add_argument("--slurm-nodes", type=int, default=1, help="nodes per run (a run of several tasks needs --distributed)")
+    parser.add_argument("--slurm-tasks-per-node", type=int, default=1,
+                        help="processes per node and run, joined by jax.distributed (e.g. one per GPU)")
     parser.add_argument("--slurm-cpus", type=int, default=8, help="CPUs per task")
     parser.add_argument("--slurm-time", type=int, default=24 * 60, help="minutes per task (then it checkpoints and requeues)")
     parser.add_argument("--slurm-array-parallelism", type=int, default=64, help="array tasks at once")
@@ -557,7 +610,7 @@ def main(argv=None):
         fail("--fixed-budget and --iterations exclude each other")
     if opts.total_timesteps and not opts.fixed_budget:
         fail("--total-timesteps is every run's budget only with --fixed-budget (or give --total-timesteps after --)")
-    for flag in ("workers", "slurm_time", "slurm_array_parallelism"):
+    for flag in ("workers", "slurm_time", "slurm_array_parallelism", "slurm_nodes", "slurm_tasks_per_node"):
         if getattr(opts, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive (got {getattr(opts, flag)})")
     for flag in ("retries", "iterations", "save_every"):
@@ -565,6 +618,11 @@ def main(argv=None):
             fail(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(opts, flag)})")
     if not opts.seeds or any(not 0 <= s < 2**31 for s in opts.seeds):
         fail(f"--seeds must lie in [0, 2^31) (got {opts.seeds})")
+    if opts.slurm_nodes * opts.slurm_tasks_per_node > 1:
+        if not opts.slurm:
+            fail("--slurm-nodes/--slurm-tasks-per-node: a run of several processes is launched with --slurm")
+        if "distributed" not in {f.name for f in dataclasses.fields(script_module(opts.script).Args)}:
+            fail(f"--slurm-nodes/--slurm-tasks-per-node: {opts.script}.py runs in one process (it has no --distributed)")
     opts.out_dir = os.path.abspath(opts.out_dir)
     opts.store = os.path.abspath(opts.store or os.path.join(opts.out_dir, "runs"))
     runs = expand(opts, parse_grid(argv[split + 1:]))

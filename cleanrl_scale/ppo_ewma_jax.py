@@ -617,22 +617,25 @@ def make_train(args, env):
     return init, update, evaluate, schedule
 
 
-def save_checkpoint(path, runner, levels, iteration, global_step, args):
+def save_checkpoint(path, runner, levels, iteration, global_step, train_seconds, args):
     """One .npz: every array of the runner state and the morphologies, plus the flags and counters."""
     leaves = jax.tree.leaves((runner, levels))
-    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step, "args": asdict(args)}
+    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
+            "train_seconds": train_seconds, "args": asdict(args)}
     tmp = f"{path}.tmp.npz"
     np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)})
     os.replace(tmp, path)  # never a half-written checkpoint
 
 
 def restore_checkpoint(path, target):
-    """(runner, levels), iteration, global_step from `path`, checked leaf by leaf against `target`'s shapes."""
+    """(runner, levels), iteration, global_step, training seconds from `path`, checked leaf by leaf against `target`'s
+    shapes."""
     meta, leaves = read_checkpoint(path)
     expected, treedef = jax.tree.flatten(target)
     if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
         raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
-    return jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves]), meta["iteration"], meta["global_step"]
+    return (jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves]), meta["iteration"], meta["global_step"],
+            meta.get("train_seconds", 0.0))
 
 
 def main(args):
@@ -641,10 +644,10 @@ def main(args):
     rng = jax.random.PRNGKey(args.seed)
     rng, k_levels, k_init = jax.random.split(rng, 3)
 
-    start_iteration, global_step = 0, 0
+    start_iteration, global_step, train_seconds = 0, 0, 0.0
     if args.resume is not None:
         target = jax.eval_shape(lambda: (init(k_init, env.sample_levels(k_levels)), env.sample_levels(k_levels)))
-        (runner, levels), start_iteration, global_step = restore_checkpoint(args.resume, target)
+        (runner, levels), start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, target)
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     mode = "PPO" if args.ewma_com is None else f"PPO-EWMA (COM {args.ewma_com:g}, beta {ewma_beta(args.ewma_com):.4f})"
     print(
@@ -706,9 +709,11 @@ def main(args):
             writer.add_scalar("charts/eval_return", eval_return, global_step)
         if args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations):
             os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
-            save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", runner, levels, iteration, global_step, args)
+            save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", runner, levels, iteration, global_step,
+                            train_seconds + time.time() - start_time, args)
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
+        writer.add_scalar("charts/train_seconds", train_seconds + time.time() - start_time, global_step)  # wall-clock x
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
     progress.close()

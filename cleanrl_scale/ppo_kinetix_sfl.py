@@ -867,22 +867,24 @@ def make_train(args, env):
     return init, update, sfl_update, evaluate, schedule
 
 
-def save_checkpoint(path, shared, buffer, iteration, global_step, args):
+def save_checkpoint(path, shared, buffer, iteration, global_step, train_seconds, args):
     """One .npz: every array of the training state and the SFL buffer, plus the flags and counters."""
     leaves = [host(x) for x in jax.tree.leaves((shared, buffer))]
-    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step, "args": asdict(args)}
+    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
+            "train_seconds": train_seconds, "args": asdict(args)}
     tmp = f"{path}.tmp.npz"
     np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
     os.replace(tmp, path)  # never a half-written checkpoint
 
 
 def restore_checkpoint(path, target):
-    """(shared, buffer) as host arrays, update count and step from `path`, checked leaf by leaf against `target`."""
+    """(shared, buffer) as host arrays, update count, step and training seconds from `path`, checked leaf by leaf
+    against `target`."""
     meta, leaves = read_checkpoint(path)
     expected, treedef = jax.tree.flatten(target)
     if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
         raise BadFlag(f"--resume {path} does not match this network and buffer (array shapes differ)")
-    return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"]
+    return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"], meta.get("train_seconds", 0.0)
 
 
 def host(x):
@@ -909,10 +911,10 @@ def main(args):
 
     rng = jax.random.fold_in(jax.random.PRNGKey(args.seed), 1)  # apart from the evaluation set's PRNGKey(--eval-levels-seed)
     rng, k_init, k_sfl = jax.random.split(rng, 3)
-    start_iteration, global_step = 0, 0
+    start_iteration, global_step, train_seconds = 0, 0, 0.0
     if args.resume is not None:
         target = jax.eval_shape(lambda: (init(k_init), sfl_update(init(k_init), k_sfl)))
-        restored, start_iteration, global_step = restore_checkpoint(args.resume, target)
+        restored, start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, target)
         shared, buffer = replicate(restored)
     else:
         shared = init(replicate(k_init))
@@ -984,9 +986,11 @@ def main(args):
                 log(f"eval_handmade/{name}", solved_level, global_step)
         if lead and args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations):
             os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
-            save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", shared, buffer, iteration, global_step, args)
+            save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", shared, buffer, iteration, global_step,
+                            train_seconds + time.time() - start_time, args)
         sps = int((global_step - start_step) / (time.time() - start_time))
         log("charts/SPS", sps, global_step)
+        log("charts/train_seconds", train_seconds + time.time() - start_time, global_step)  # Fig. 16b's x axis
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
     progress.close()

@@ -395,6 +395,42 @@ def test_slurm_path_through_submitit_debug_executor(tmp_path):
                           "--slurm-cluster", "debug", "--", "--num-steps", "50", "100", "--num-seeds", "2"])
     assert counts == {"done": 2, "skipped": 0, "failed": 0}
     assert len(list((tmp_path / "runs").glob("*/runs/*/eta_*"))) == 8  # 2 runs x 4 step sizes
+    with pytest.raises(SystemExit) as exit:  # noisy_sgd has no training clock to plot against
+        analyze.main([str(tmp_path), "--x-unit", "seconds"])
+    assert exit.value.code == 2
+
+
+def slurm_is_up():
+    try:
+        return subprocess.run(["sinfo", "--noheader"], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.mark.skipif(not slurm_is_up(), reason="no Slurm controller here (README: a one-node Slurm in two commands)")
+def test_a_relaunch_leaves_queued_runs_to_their_slurm_job(tmp_path, capsys):
+    """On a real Slurm: while the node is taken, a launch's runs wait in the queue; a second launch submits nothing
+    and reports them queued (squeue); once they ran, a third finds them done."""
+    cpus = subprocess.run(["sinfo", "--noheader", "--format", "%c"], capture_output=True, text=True).stdout.split()[0]
+    blocker = subprocess.run(["sbatch", "--parsable", "--cpus-per-task", cpus.rstrip("+"), "--wrap", "sleep 600"],
+                             capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    argv = ["--script", "noisy_sgd", "--iterations", "100", "--out-dir", str(tmp_path), "--slurm", "--no-wait",
+            "--slurm-gpus", "0", "--slurm-cpus", "1", "--slurm-time", "10", "--", "--dim", "10", "20"]
+    try:
+        assert launch.main(argv)["queued"] == 2
+        assert "submitted 2 runs" in capsys.readouterr().out
+        jobs = {json.loads(p.read_text())["job_id"] for p in tmp_path.glob("runs/*/slurm.json")}
+        assert len(jobs) == 2
+        assert launch.main(argv)["queued"] == 2  # still pending behind the blocker: not submitted again
+        out = capsys.readouterr().out
+        assert "submitted" not in out and all(f"queued ({job})" in out for job in jobs)
+    finally:
+        subprocess.run(["scancel", blocker], check=True)
+    start = time.time()
+    while len(list(tmp_path.glob("runs/*/done.json"))) < 2:
+        assert time.time() - start < 300, "the queued runs did not finish"
+        time.sleep(1)
+    assert launch.main(argv) == {"done": 0, "skipped": 2, "failed": 0}
 
 
 def run_runner(name, tmp_path, **env):
@@ -410,11 +446,9 @@ RUNNER_GRIDS = {
     "recipes.sh": 5 * (5 * 3 + 4), "com_eps.sh": 3 * 5 * 5, "stag_fig5b_eps.sh": 5 * 5,
     "stag_fig3a_resume.sh": 5 * 2, "stag_fig4_lr.sh": 3 * 3 * 3 * 2, "stag_fig6_epochs.sh": 3 * 4 * (4 + 3),
     "stag_fig7_minibatch.sh": 3 * 3 * (3 + 2), "ddr_budgets.sh": 3 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 5 * (1 + 2),
-    "sfl_scaling.sh": 2 * 3 * 3, "sfl_fig15_minibatches.sh": 0, "sfl_fig17_lr.sh": 3 * 3, "sfl_fig18_ewma.sh": 3 * (1 + 3),
+    "sfl_scaling.sh": 2 * 3 * (3 + 1), "sfl_fig15_minibatches.sh": 3 * 3, "sfl_fig17_lr.sh": 3 * 3, "sfl_fig18_ewma.sh": 3 * (1 + 3),
     "sfl_fig19_filtering.sh": 3 * 3,
 }
-# runs that span several nodes are printed as sbatch commands (benchmark/slurm/)
-RUNNER_SBATCH = {"sfl_scaling.sh": 2, "sfl_fig15_minibatches.sh": 3 * 3}
 
 
 @pytest.fixture(scope="module")
@@ -437,8 +471,14 @@ def test_runners_expand_the_papers_grids(dry_runs, runner):
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [line for line in result.stdout.splitlines() if line.startswith("(cd ")]
     assert len(set(lines)) == RUNNER_GRIDS[runner]
-    assert len({line for line in result.stdout.splitlines() if "sbatch --nodes 16" in line}) == RUNNER_SBATCH.get(runner, 0)
     assert all(len(Path(line.split(" && ")[0][4:]).name) < 255 for line in lines)
+
+
+def test_runs_of_128_gpus_are_launched_on_slurm_only(tmp_path):
+    result = run_runner("sfl_fig15_minibatches.sh", tmp_path)
+    assert result.returncode == 2 and "span 128 GPUs" in result.stderr and not (tmp_path / "out").exists()
+    result = run_runner("sfl_fig15_minibatches.sh", tmp_path, DRY_RUN="1", LAUNCH_FLAGS="--slurm")
+    assert result.returncode == 0, result.stderr[-3000:]  # the launcher accepts the runs of 16 nodes x 8 tasks
 
 
 def test_smoke_runner_runs_its_grid_and_analysis(tmp_path):
@@ -466,6 +506,13 @@ def test_grid_of_a_jax_script(tmp_path):
     assert list(aggregate.config) == ["num-envs=4", "num-envs=8"] and (aggregate["mean"] > 5).all()  # CartPole returns
     curves = pd.read_csv(tmp_path / "analysis" / "curves.csv")
     assert curves.groupby("config").x.max().tolist() == [3.0, 3.0]  # iterations, not steps
+    # stagnation Fig. 16b: against the training clock the runs log (charts/train_seconds)
+    analyze.main([str(tmp_path), "--reps", "100", "--points", "3", "--tag", "charts/episodic_return", "--x-unit", "seconds",
+                  "--output", str(tmp_path / "seconds")])
+    runs = pd.read_csv(tmp_path / "seconds" / "runs.csv")
+    for name, curve in runs[runs.tag == "charts/episodic_return"].groupby("run"):
+        (steps, clock), = [found["charts/train_seconds"] for found in analyze.read_run(tmp_path / "runs" / name, {"charts/train_seconds"})[0].values()]
+        assert curve.x.tolist() == pytest.approx(clock.tolist()) and (np.diff(clock) > 0).all()  # 3 updates, 3 points
 
 
 def test_analysis_streams_a_synthetic_grid(tmp_path):

@@ -1,5 +1,6 @@
 """ppo_ewma_jax.py: the decoupled PPO-EWMA loss, the EWMA, GAE, the multi-categorical policy, flags,
 CartPole learning in both modes, locomotion end to end, and exact resume from a checkpoint."""
+import json
 import time
 
 import jax
@@ -20,7 +21,7 @@ CARTPOLE = ["--env-id", "CartPole-v1", "--num-envs", "16", "--num-steps", "128",
 EVERY_TAG = [
     "losses/approx_kl", "charts/ddr", "losses/grad_norm", "charts/update_norm", "losses/clipfrac",
     "charts/episodic_return", "charts/SPS", "losses/prox_kl", "losses/imp_samp_clipfrac", "charts/solve_rate", "losses/policy_loss",
-    "losses/value_loss", "losses/entropy", "losses/explained_variance", "charts/learning_rate",
+    "losses/value_loss", "losses/entropy", "losses/explained_variance", "charts/learning_rate", "charts/train_seconds",
 ]
 LOSS_TAGS = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/prox_kl",
              "losses/grad_norm", "charts/update_norm"]
@@ -388,6 +389,9 @@ def test_resume_continues_exactly(locomotion_run, tmp_path):
     for tag in LOSS_TAGS:
         assert len(resumed[tag]) == 2, tag  # iterations 3 and 4
         np.testing.assert_allclose(resumed[tag], original[tag][2:], rtol=1e-6, err_msg=tag)
+    # the training clock goes on from the checkpoint's
+    meta = np.load(locomotion_run / "checkpoints" / "iter_2.npz")["meta"]
+    assert resumed["charts/train_seconds"][0] > json.loads(str(meta))["train_seconds"] > 0
 
 
 def test_resume_with_a_new_com_and_clip(locomotion_run, tmp_path):

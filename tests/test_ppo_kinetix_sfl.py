@@ -2,8 +2,6 @@
 minibatches, Table 3 presets, bad input, tiny end-to-end runs on real Kinetix levels from a copy of
 the script with both models, exact resumption from a checkpoint, and the same training on 4 forced
 host devices and on 2 processes x 2 devices joined by jax.distributed."""
-import socket
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -18,7 +16,8 @@ TINY = ["--model", "mlp", "--env-size", "s", "--num-envs", "8", "--num-steps", "
         "--sfl-rollout-length", "16", "--num-eval-levels", "8", "--eval-num-attempts", "2", "--level-filter-pool", "1",
         "--total-timesteps", "384"]
 EVERY_UPDATE = ["losses/approx_kl", "charts/ddr", "losses/policy_loss", "losses/value_loss", "losses/entropy",
-                "losses/clipfrac", "losses/imp_samp_clipfrac", "losses/grad_norm", "charts/SPS", "charts/learning_rate"]
+                "losses/clipfrac", "losses/imp_samp_clipfrac", "losses/grad_norm", "charts/SPS", "charts/learning_rate",
+                "charts/train_seconds"]
 TRAINING = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/grad_norm", "charts/episodic_return"]
 # size s: 4 motors of 3 categories and 2 thrusters of 2; a fresh policy (output scale 0.01) is near uniform
 UNIFORM_ENTROPY = 4 * np.log(3) + 2 * np.log(2)
@@ -295,15 +294,17 @@ def test_tiny_transformer_run_logs_every_tag_and_tracks_to_wandb(runs):
     assert len(list((workdir / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
 
 
-def test_resume_continues_exactly(tiny_run, tmp_path):
+def test_resume_continues_exactly(sfl, tiny_run, tmp_path):
     run_dir, _, first, _ = tiny_run
     checkpoint = run_dir / "checkpoints" / "iter_1.npz"
     _, result, resumed, _ = run_ok(SCRIPT, TINY + ["--eval-every", "2", "--resume", checkpoint], tmp_path, timeout=1800)
     assert "resuming" in result.stdout
     assert resumed["losses/policy_loss"] and len(resumed["losses/policy_loss"]) == 2  # updates 2 and 3
     for tag, values in resumed.items():
-        if tag != "charts/SPS":
+        if tag not in ("charts/SPS", "charts/train_seconds"):
             np.testing.assert_allclose(values, first[tag][-len(values):], rtol=1e-6, atol=1e-9, err_msg=tag)
+    # the training clock (Fig. 16b's x) goes on from the checkpoint's
+    assert resumed["charts/train_seconds"][0] > sfl.read_checkpoint(checkpoint)[0]["train_seconds"] > 0
 
 
 @pytest.mark.parametrize("argv, text", [
@@ -331,19 +332,21 @@ def test_four_devices_train_like_one(runs, tiny_run):
     assert_trains_alike(four, tiny_run[2])
 
 
-def test_two_processes_of_two_devices_train_like_one(tiny_run, tmp_path):
-    """jax.distributed over 2 local processes (gloo collectives on CPU); only process 0 writes anything."""
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        port = s.getsockname()[1]
-    flags = TINY + ["--eval-every", "2", "--distributed", "--coordinator-address", f"localhost:{port}", "--num-processes", "2"]
-    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    processes = [start_copy(SCRIPT, flags + ["--process-id", i], tmp_path / f"p{i}", extra_env=env) for i in range(2)]
-    results = [finish(p, timeout=1800) for p in processes]
-    assert all(r.returncode == 0 for r in results), results[0].stderr[-3000:] + results[1].stderr[-3000:]
-    assert "on 4 device(s) in 2 process(es)" in results[0].stdout and "PPO + SFL" not in results[1].stdout
-    assert not run_dirs(tmp_path / "p1")
-    two, _ = read_values(run_dirs(tmp_path / "p0")[0])
+def test_two_processes_of_two_devices_train_like_one(tiny_run, tmp_path, monkeypatch):
+    """One run as 2 tasks of a job (benchmark/launch.py --slurm-tasks-per-node 2, through submitit's local executor):
+    jax.distributed over 2 processes (gloo collectives on CPU), task 0 the coordinator; only process 0 writes anything."""
+    from benchmark import launch
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    counts = launch.main(["--script", SCRIPT, "--out-dir", str(tmp_path), "--slurm", "--slurm-cluster", "local",
+                          "--slurm-tasks-per-node", "2", "--slurm-time", "30", "--", *TINY, "--eval-every", "2"])
+    (run,) = (tmp_path / "runs").iterdir()
+    logs = [(run / name).read_text() for name in ("stdout.log", "stdout.task1.log")]
+    assert counts["done"] == 1, logs[0][-3000:] + logs[1][-3000:]
+    assert "--distributed --coordinator-address" in logs[0] and "on 4 device(s) in 2 process(es)" in logs[0]
+    assert "PPO + SFL" not in logs[1]
+    (tb_run,) = run_dirs(run)
+    two, _ = read_values(tb_run)
     _, _, one, _ = tiny_run
     assert_trains_alike(two, one)
     # evaluation runs on every process too (chaotic physics on another per-device batch may flip an outcome)
