@@ -10,10 +10,16 @@ Implements CleanRL's ppo_atari_envpool (Huang et al., 2022) with:
   Networks" (App. B): feature rank, dormant neurons, weight norm, gradient kurtosis, policy
   variance and effective sample size, plus the Data-to-Divergence Ratio (stagnation §4.4);
 - shared or separate CNN encoders for actor and critic (data-collection §5.2);
-- uint8 rollout storage, so that 1024 envs x 128 steps fit in a few GiB.
+- uint8 rollout storage, so that 1024 envs x 128 steps fit in a few GiB;
+- runs that survive preemption: --save-every / --resume checkpoints (network, Adam, every RNG, counters),
+  SIGTERM or SIGUSR1 (Slurm's pre-timeout signal) checkpoint at the end of the iteration and exit 75,
+  and a loss or parameter that is not finite stops the run with one line naming the last good checkpoint.
+  Envpool's emulator state cannot be saved: a resumed run starts fresh episodes.
 """
+import math
 import os
 import random
+import signal
 import sys
 import time
 from collections import deque
@@ -116,6 +122,16 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+    kl_sample: int = 0
+    """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
+
+    # Checkpoints
+    save_every: int = 0
+    """write runs/<run>/checkpoints/iter_<i>.pt every this many iterations and after the last (0: only when signalled)"""
+    resume: Optional[str] = None
+    """a checkpoint to continue from (its env, --num-envs and encoders; fresh episodes, everything else exact)"""
+    reset_envs_at: int = 0
+    """restart every env on fresh episodes after this iteration, as a resumed run does (0: never; to check a resume)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -162,15 +178,25 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
 
 def resolve_args(args):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
+    if not 0 <= args.seed < 2**31:
+        raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
     for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size"):
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size", "ent_coef",
+                 "vf_coef", "kl_sample", "save_every", "reset_envs_at"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "clip_coef"):
+    for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
         if not getattr(args, flag) > 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    if args.target_kl is not None and not args.target_kl > 0:
+        raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
+    if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
+        raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
     for flag in ("gamma", "gae_lambda"):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
@@ -196,10 +222,62 @@ def resolve_args(args):
         if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
             raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
         args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.kl_sample > args.batch_size:
+        raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
+    if args.norm_adv and args.minibatch_size < 2:
+        raise BadFlag(f"--minibatch-size must be at least 2 with --norm-adv (the std of one advantage is undefined; got {args.minibatch_size})")
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.resume is not None:
+        check_resume(args, load_checkpoint(args.resume))
     return args
+
+
+CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "separate_encoders")  # the network, the storage and the episode counters
+
+
+def load_checkpoint(path):
+    """The dict `save_checkpoint` wrote, or BadFlag."""
+    if not os.path.isfile(path):
+        raise BadFlag(f"--resume {path}: no such file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are Python objects
+    except Exception as e:
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script ({type(e).__name__})")
+    if not isinstance(state, dict) or not {"agent", "optimizer", "rng", "iteration", "global_step", "args"} <= set(state):
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
+    return state
+
+
+def check_resume(args, state):
+    for flag in CHECKPOINT_MUST_MATCH:
+        if state["args"][flag] != getattr(args, flag):
+            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'][flag]}, not {getattr(args, flag)}")
+    if state["iteration"] >= args.num_iterations:
+        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+
+
+def save_checkpoint(path, agent, optimizer, iteration, global_step, recent_returns, args):
+    """Everything a run needs to continue exactly, but the emulators: written to a temporary name, then renamed."""
+    state = {
+        "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
+        "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
+        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+    }
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save(state, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
+    return path
+
+
+def restore_rng(rng):
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
@@ -346,7 +424,7 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, action=None):
         actor_hidden, critic_hidden = self.torsos(x)
         logits = self.actor(actor_hidden)
-        probs = Categorical(logits=logits)
+        probs = Categorical(logits=logits, validate_args=False)  # a nan reaches the end-of-iteration check, not a raise
         if action is None:
             action = probs.sample()
         return action, probs.log_prob(action), probs.entropy(), self.critic(critic_hidden), logits
@@ -408,12 +486,21 @@ def evaluate(agent, env_id, eval_episodes, seed, device):
     return scores
 
 
+REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
+
+
 def main(args):
+    signalled = []  # SIGTERM / SIGUSR1 (Slurm's pre-timeout signal): checkpoint at the end of this iteration, exit 75
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, lambda signum, frame: signalled.append(signum))
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    checkpoint = load_checkpoint(args.resume) if args.resume else None
     print(
         f"batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
         f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
         f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs"
+        + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
+           "(envpool's emulator state is not saved)" if checkpoint else "")
     )
     if args.track:
         import wandb
@@ -458,14 +545,26 @@ def main(args):
     episode_returns = np.zeros(args.num_envs)
     recent_returns = deque(maxlen=20)
 
-    global_step = 0
-    start_time = time.time()
+    start_iteration, global_step = 0, 0
+    if checkpoint:
+        agent.load_state_dict(checkpoint["agent"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's flag, not the saved one (annealing sets it anew)
+        start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
+        recent_returns.extend(checkpoint["recent_returns"])
+        restore_rng(checkpoint["rng"])
+    checkpoint_dir = f"runs/{run_name}/checkpoints"
+    last_checkpoint = args.resume
+
+    start_time, start_step = time.time(), global_step
     next_obs, _ = envs.reset()
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
-    progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", unit_scale=True, dynamic_ncols=True)
+    progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
+                    dynamic_ncols=True)
+    chunk = args.grad_accum_size or args.minibatch_size
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
@@ -507,8 +606,8 @@ def main(args):
 
         measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
         b_inds = np.arange(args.batch_size)
-        chunk = args.grad_accum_size or args.minibatch_size
-        clipfracs, grad_norms = [], []
+        # the minibatches' statistics stay on the device; they are read once per iteration (no per-minibatch sync)
+        clipfrac_sum, grad_norm_sum, minibatch_steps = torch.zeros((), device=device), torch.zeros((), device=device), 0
         for epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             for start in range(0, args.batch_size, args.minibatch_size):
@@ -529,31 +628,39 @@ def main(args):
                     share = len(inds) / args.minibatch_size
                     (loss * share).backward()
                     mb_stats = mb_stats + stats * share
-                pg_loss, v_loss, entropy_loss, approx_kl, clipfrac = mb_stats.tolist()
-                clipfracs.append(clipfrac)
-                grad_norms.append(nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm).item())
                 if measure and epoch == 0 and start == 0:
-                    # B.4 on the gradient of the iteration's first minibatch
+                    # B.4 on the raw gradient of the iteration's first minibatch, before clipping rescales it
                     kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
+                grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                clipfrac_sum += mb_stats[4]
+                minibatch_steps += 1
                 optimizer.step()
 
-            if args.target_kl is not None and approx_kl > args.target_kl:
+            if args.target_kl is not None and mb_stats[3].item() > args.target_kl:  # one read per epoch, only with --target-kl
                 break
 
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-        # KL(behaviour || updated policy) on the whole batch after the last epoch, exact for a categorical;
-        # DDR = transitions per iteration / that KL (stagnation §4.4)
+        # KL(behaviour || updated policy) after the last epoch, exact for a categorical, on the whole batch or a
+        # --kl-sample of it; DDR = transitions per iteration / that KL (stagnation §4.4)
         with torch.inference_mode():
             b_behaviour_logits = behaviour_logits.reshape(-1, num_actions)
-            kl_sum = 0.0
-            for start in range(0, args.batch_size, chunk):
-                new_logits = agent.get_logits(b_obs[start : start + chunk])
-                old_logp = torch.log_softmax(b_behaviour_logits[start : start + chunk], dim=-1)
-                kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum().item()
-            kl = kl_sum / args.batch_size
+            kl_inds = torch.randperm(args.batch_size, device=device)[: args.kl_sample] if args.kl_sample else None
+            kl_sum = torch.zeros((), device=device)
+            for start in range(0, args.kl_sample or args.batch_size, chunk):
+                inds = kl_inds[start : start + chunk] if kl_inds is not None else slice(start, start + chunk)
+                new_logits = agent.get_logits(b_obs[inds])
+                old_logp = torch.log_softmax(b_behaviour_logits[inds], dim=-1)
+                kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum()
+            var_y = b_returns.var(unbiased=False)
+            explained_var = torch.where(var_y > 0, 1 - (b_returns - b_values).var(unbiased=False) / var_y, torch.nan)
+            finite = torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all() & torch.isfinite(mb_stats).all()
+            read = torch.cat([mb_stats, torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
+                              grad_norm_sum / minibatch_steps, explained_var, finite.float()])]).tolist()  # the one sync
+        pg_loss, v_loss, entropy_loss, approx_kl, _, kl, clipfrac, grad_norm, explained_var, finite = read
+        if not finite:
+            progress.close()
+            print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
+                  f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
+            sys.exit(1)
 
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("losses/value_loss", v_loss, global_step)
@@ -561,8 +668,8 @@ def main(args):
         writer.add_scalar("losses/entropy", entropy_loss, global_step)
         writer.add_scalar("losses/approx_kl", kl, global_step)
         writer.add_scalar("losses/approx_kl_last_minibatch", approx_kl, global_step)
-        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
-        writer.add_scalar("losses/grad_norm", np.mean(grad_norms), global_step)
+        writer.add_scalar("losses/clipfrac", clipfrac, global_step)
+        writer.add_scalar("losses/grad_norm", grad_norm, global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/ddr", args.batch_size / max(kl, 1e-12), global_step)
         if measure:
@@ -571,10 +678,26 @@ def main(args):
             metrics["dynamics/grad_kurtosis"] = kurtosis
             for tag, value in metrics.items():
                 writer.add_scalar(tag, value, global_step)
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-")
+
+        if signalled or (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)):
+            last_checkpoint = save_checkpoint(f"{checkpoint_dir}/iter_{iteration}.pt", agent, optimizer, iteration,
+                                              global_step, recent_returns, args)
+        if signalled and iteration < args.num_iterations:
+            progress.close()
+            print(f"stopped by signal {signalled[0]} after iteration {iteration}; resume with --resume {last_checkpoint}")
+            writer.close()
+            envs.close()
+            sys.exit(REQUEUE)
+        if iteration == args.reset_envs_at:  # what a resume from this iteration's checkpoint does
+            envs.close()
+            envs = make_env(args.env_id, args.num_envs, args.seed)
+            next_obs = torch.as_tensor(envs.reset()[0], device=device)
+            next_done = torch.zeros(args.num_envs, device=device)
+            episode_returns[:] = 0.0
 
     progress.close()
     envs.close()
