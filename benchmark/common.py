@@ -26,11 +26,12 @@ def load_script(name):
     return module
 
 
-def start_copy(name, args, workdir, capture=True, extra_env=None):
-    """Copy the script alone into `workdir` and start it there, as a user who copied it would (a Popen)."""
+def start_copy(name, args, workdir, capture=True, extra_env=None, source=None):
+    """Copy the script alone into `workdir` and start it there, as a user who copied it would (a Popen);
+    `source`: another version of it to copy (e.g. an earlier revision)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(SCRIPTS / f"{name}.py", workdir / f"{name}.py")
+    shutil.copy(source or SCRIPTS / f"{name}.py", workdir / f"{name}.py")
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", **(extra_env or {}))
     pipe = subprocess.PIPE if capture else None
     return subprocess.Popen([sys.executable, f"{name}.py", *map(str, args)], cwd=workdir, env=env,
@@ -47,9 +48,18 @@ def finish(process, timeout=None):
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def run_copy(name, args, workdir, timeout=None, capture=True, extra_env=None):
+def run_copy(name, args, workdir, timeout=None, capture=True, extra_env=None, source=None):
     """Run a copy of the script in `workdir` to its end."""
-    return finish(start_copy(name, args, workdir, capture, extra_env), timeout)
+    return finish(start_copy(name, args, workdir, capture, extra_env, source), timeout)
+
+
+def script_at(name, revision, directory):
+    """cleanrl_scale/<name>.py as it was at git `revision`, written under `directory`: its path."""
+    text = subprocess.run(["git", "-C", str(ROOT), "show", f"{revision}:cleanrl_scale/{name}.py"], capture_output=True,
+                          text=True, check=True).stdout
+    path = Path(directory) / f"{name}@{revision.replace('/', '_')}.py"
+    path.write_text(text)
+    return path
 
 
 def run_dirs(workdir):

@@ -7,6 +7,10 @@ iteration, warm-up, is dropped). Also reports the amortised cost of the dynamics
 iterations that compute them against those that do not.
 
     python benchmark/steps_per_second.py --script ppo_atari_envpool --num-envs 8 --repeats 3
+    python benchmark/steps_per_second.py --script ppo_atari_envpool --against a3e64c8   # before/after, side by side
+
+--against REV also trains the script as it was at git revision REV, in the same repeat right after
+the current one, and reports the ratio of the two training rates.
 """
 import argparse
 import tempfile
@@ -14,7 +18,7 @@ import time
 
 import numpy as np
 
-from common import load_script, read_run, repeat_and_report, run_copy, run_dirs
+from common import load_script, read_run, repeat_and_report, run_copy, run_dirs, script_at
 
 
 def raw_env_sps(module, env_id, num_envs, calls):
@@ -30,12 +34,12 @@ def raw_env_sps(module, env_id, num_envs, calls):
     return calls * num_envs / elapsed
 
 
-def train_sps(script, env_id, num_envs, num_steps, iterations, dynamics_every, extra):
+def train_sps(script, env_id, num_envs, num_steps, iterations, dynamics_every, extra, source=None):
     batch = num_envs * num_steps
     with tempfile.TemporaryDirectory() as tmp:
         args = ["--env-id", env_id, "--num-envs", num_envs, "--num-steps", num_steps,
                 "--total-timesteps", batch * iterations, "--dynamics-every", dynamics_every, *extra]
-        result = run_copy(script, args, tmp)
+        result = run_copy(script, args, tmp, source=source)
         if result.returncode:
             raise SystemExit(f"{script} failed:\n{result.stderr[-3000:]}")
         scalars, _ = read_run(run_dirs(tmp)[0])
@@ -60,21 +64,30 @@ def main():
     parser.add_argument("--dynamics-every", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--raw-calls", type=int, default=0, help="env.step calls for the raw rate (0 = ~20k steps)")
+    parser.add_argument("--against", metavar="REV", help="also time the script as it was at this git revision")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
     opts = parser.parse_args()
     module = load_script(opts.script)
     calls = opts.raw_calls or max(100, 20000 // opts.num_envs)
 
+    earlier = script_at(opts.script, opts.against, tempfile.mkdtemp()) if opts.against else None
+    train = lambda source=None: train_sps(opts.script, opts.env_id, opts.num_envs, opts.num_steps, opts.iterations,
+                                          opts.dynamics_every, opts.extra, source)
+
     def measure():
         raw = raw_env_sps(module, opts.env_id, opts.num_envs, calls)
-        train, overhead = train_sps(opts.script, opts.env_id, opts.num_envs, opts.num_steps, opts.iterations,
-                                    opts.dynamics_every, opts.extra)
-        return {"raw_sps": raw, "train_sps": train, "ratio": train / raw, "dynamics_overhead": overhead}
+        sps, overhead = train()
+        row = {"raw_sps": raw, "train_sps": sps, "ratio": sps / raw, "dynamics_overhead": overhead}
+        if earlier:
+            row["earlier_sps"] = train(earlier)[0]
+            row["speedup"] = sps / row["earlier_sps"]
+        return row
 
     def describe(r):
         return (f"raw {r['raw_sps']:,.0f} steps/s, training {r['train_sps']:,.0f} steps/s, ratio {r['ratio']:.3f}, "
-                f"dynamics overhead {100 * r['dynamics_overhead']:.2f}%")
+                f"dynamics overhead {100 * r['dynamics_overhead']:.2f}%"
+                + (f"; at {opts.against}: {r['earlier_sps']:,.0f} steps/s, this one x{r['speedup']:.3f}" if earlier else ""))
 
     repeat_and_report(opts, measure, describe, f"{opts.script}, {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps")
 

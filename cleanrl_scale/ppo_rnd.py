@@ -8,9 +8,22 @@ intrinsic returns; intrinsic returns are non-episodic; two value heads; advantag
 ext_coef * A_ext + int_coef * A_int; the predictor learns from a random share of every minibatch.
 With the scaling-recipe flags, the exact KL / Data-to-Divergence Ratio and the learning-dynamics
 metrics of ppo_atari_envpool.py, uint8 rollout storage, and the number of Montezuma rooms visited.
+
+Departures from CleanRL's ppo_rnd_envpool, each OpenAI's RND (Burda et al., 2019) instead: vf_coef 1.0
+(CleanRL 0.5), no episodic life (a life lost does not end the episode), and the intrinsic-reward filter
+runs over time within each env (CleanRL's `.T` runs it over the envs of one step). The observation
+normaliser is updated in torch on the device (CleanRL: a float64 numpy copy of the batch).
+
+Runs survive preemption as ppo_atari_envpool.py's do: --save-every / --resume checkpoints (networks,
+Adam, every RNG, the observation and reward normalisers, the reward filter, the rooms seen, counters),
+SIGTERM or SIGUSR1 checkpoint at the end of the iteration and exit 75, and a loss or parameter that
+is not finite stops the run naming the last good checkpoint. Envpool's emulator state cannot be
+saved: a resumed run starts fresh episodes.
 """
+import math
 import os
 import random
+import signal
 import sys
 import time
 from collections import deque
@@ -126,6 +139,16 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+    kl_sample: int = 0
+    """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
+
+    # Checkpoints
+    save_every: int = 0
+    """write runs/<run>/checkpoints/iter_<i>.pt every this many iterations and after the last (0: only when signalled)"""
+    resume: Optional[str] = None
+    """a checkpoint to continue from (its env and --num-envs; fresh episodes, everything else exact)"""
+    reset_envs_at: int = 0
+    """restart every env on fresh episodes after this iteration, as a resumed run does (0: never; to check a resume)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -172,16 +195,26 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
 
 def resolve_args(args):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
+    if not 0 <= args.seed < 2**31:
+        raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
     for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes",
                  "num_iterations_obs_norm_init"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "int_coef", "ext_coef"):
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "int_coef", "ext_coef", "ent_coef",
+                 "vf_coef", "kl_sample", "save_every", "reset_envs_at"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "clip_coef"):
+    for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
         if not getattr(args, flag) > 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    if args.target_kl is not None and not args.target_kl > 0:
+        raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
+    if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
+        raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
     for flag in ("gamma", "int_gamma", "gae_lambda"):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
@@ -209,14 +242,67 @@ def resolve_args(args):
         if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
             raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
         args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.kl_sample > args.batch_size:
+        raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
+    if args.norm_adv and args.minibatch_size < 2:
+        raise BadFlag(f"--minibatch-size must be at least 2 with --norm-adv (the std of one advantage is undefined; got {args.minibatch_size})")
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.resume is not None:
+        check_resume(args, load_checkpoint(args.resume))
     return args
 
 
+CHECKPOINT_MUST_MATCH = ("env_id", "num_envs")  # the storage, the reward filter, the episode counters
+
+
+def load_checkpoint(path):
+    """The dict `save_checkpoint` wrote, or BadFlag."""
+    if not os.path.isfile(path):
+        raise BadFlag(f"--resume {path}: no such file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are Python objects
+    except Exception as e:
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script ({type(e).__name__})")
+    if not isinstance(state, dict) or not {"agent", "rnd_model", "optimizer", "normalisers", "rng", "iteration", "args"} <= set(state):
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
+    return state
+
+
+def check_resume(args, state):
+    for flag in CHECKPOINT_MUST_MATCH:
+        if state["args"][flag] != getattr(args, flag):
+            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'][flag]}, not {getattr(args, flag)}")
+    if state["iteration"] >= args.num_iterations:
+        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+
+
+def save_checkpoint(path, models, optimizer, normalisers, iteration, global_step, recent_returns, args):
+    """Everything a run needs to continue exactly, but the emulators: written to a temporary name, then renamed."""
+    state = {
+        **{name: model.state_dict() for name, model in models.items()}, "optimizer": optimizer.state_dict(),
+        "normalisers": normalisers, "iteration": iteration, "global_step": global_step,
+        "recent_returns": list(recent_returns), "args": vars(args),
+        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+    }
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save(state, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
+    return path
+
+
+def restore_rng(rng):
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
 class RunningMeanStd:
-    """Running mean and variance of a stream of batches (Chan et al.'s parallel update)."""
+    """Running mean and variance of a stream of batches (Chan et al.'s parallel update), float64 numpy."""
 
     def __init__(self, epsilon=1e-4, shape=()):
         self.mean = np.zeros(shape, "float64")
@@ -230,12 +316,30 @@ class RunningMeanStd:
         delta = batch_mean - self.mean
         tot_count = self.count + batch_count
         new_mean = self.mean + delta * batch_count / tot_count
-        m2 = self.var * self.count + batch_var * batch_count + np.square(delta) * self.count * batch_count / tot_count
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / tot_count
         self.mean, self.var, self.count = new_mean, m2 / tot_count, tot_count
 
 
+class FrameRunningMeanStd(RunningMeanStd):
+    """RunningMeanStd of uint8 frames on the device: the batch's moments in torch float32, the running ones in float64."""
+
+    def __init__(self, shape, device):
+        self.mean = torch.zeros(shape, dtype=torch.float64, device=device)
+        self.var = torch.ones(shape, dtype=torch.float64, device=device)
+        self.count = 1e-4
+
+    def update(self, frames):
+        x = frames.float()
+        self.update_from_moments(x.mean(0).double(), x.var(0, unbiased=False).double(), x.shape[0])
+
+    def stats(self):
+        """(mean, std) in float32, for `normalise_frame`; taken once per rollout / update, not per step."""
+        return self.mean.float(), self.var.sqrt().float()
+
+
 class RewardForwardFilter:
-    """Discounted sum of the intrinsic rewards seen so far, per env (never reset: non-episodic)."""
+    """Discounted sum of the intrinsic rewards seen so far, per env (never reset: non-episodic), fed one step of
+    every env at a time, so that it runs over time within each env as OpenAI's RND does."""
 
     def __init__(self, gamma):
         self.rewems = None
@@ -244,6 +348,12 @@ class RewardForwardFilter:
     def update(self, rews):
         self.rewems = rews if self.rewems is None else self.rewems * self.gamma + rews
         return self.rewems
+
+
+def discounted_intrinsic_returns(reward_filter, curiosity_rewards):
+    """(num_steps, num_envs) discounted intrinsic returns: the filter is fed one time step of every env at a time,
+    so it runs over time within each env, as OpenAI's RND does (CleanRL's `.T` feeds it one env's rollout at a time)."""
+    return np.array([reward_filter.update(r) for r in curiosity_rewards])
 
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
@@ -365,7 +475,7 @@ class Agent(nn.Module):
     def get_action_and_value(self, x, action=None):
         hidden = self.network(self.preprocess(x))
         logits = self.actor(hidden)
-        probs = Categorical(logits=logits)
+        probs = Categorical(logits=logits, validate_args=False)  # a nan reaches the end-of-iteration check, not a raise
         if action is None:
             action = probs.sample()
         value_ext, value_int = self.values(hidden)
@@ -400,30 +510,38 @@ class RNDModel(nn.Module):
         return self.predictor(next_obs), self.target(next_obs)
 
 
-def frame_stats(obs_rms, device):
-    """(mean, std) of the observation normaliser as tensors; taken once per rollout / update, not per step."""
-    return (torch.as_tensor(obs_rms.mean, dtype=torch.float32, device=device),
-            torch.as_tensor(np.sqrt(obs_rms.var), dtype=torch.float32, device=device))
-
-
 def normalise_frame(frames, stats):
     """The last frame of uint8 observations, normalised by the running (mean, std) and clipped to [-5, 5]."""
     mean, std = stats
     return ((frames[:, 3:4].float() - mean) / std).clip(-5, 5)
 
 
-@torch.no_grad()
-def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
-    """feature rank, dormant %, weight norm, policy variance and ESS on a sample of the batch (App. B)."""
+def hidden_activations(agent, obs):
+    """Every hidden layer's output (after its ReLU) of the agent, torso, extra layer and the actor's hidden layer:
+    32 + 64 + 64 conv channels, 256, 448, 448, 448 units; and the actor's logits."""
     acts, x = [], agent.preprocess(obs)
     for layer in agent.network:
         x = layer(x)
         if isinstance(layer, nn.ReLU):
             acts.append(x)
-    dist = Categorical(logits=agent.actor(acts[-1]))
+    hidden = acts[-1]
+    acts.append(agent.extra_layer(hidden))
+    actor_hidden = agent.actor[1](agent.actor[0](hidden))
+    acts.append(actor_hidden)
+    return acts, agent.actor[2](actor_hidden)
+
+
+@torch.no_grad()
+def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
+    """feature rank, dormant %, weight norm, policy variance and ESS on a sample of the batch (App. B). The
+    penultimate features are the actor's hidden layer (feature_rank) and the value heads' input, extra layer +
+    torso (feature_rank_critic); dormant neurons are counted over every hidden layer."""
+    acts, logits = hidden_activations(agent, obs)
+    dist = Categorical(logits=logits)
     return {
         "dynamics/weight_norm": weight_norm(agent),
         "dynamics/feature_rank": feature_rank(acts[-1]),
+        "dynamics/feature_rank_critic": feature_rank(acts[-2] + acts[-3]),
         "dynamics/dormant_pct": dormant_percentage(acts, tau),
         "dynamics/policy_variance": policy_variance(dist.probs),
         "dynamics/ess_pct": ess_percentage((dist.log_prob(actions) - old_logprobs).exp()),
@@ -459,12 +577,21 @@ def evaluate(agent, args, device):
     return scores
 
 
+REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
+
+
 def main(args):
+    signalled = []  # SIGTERM / SIGUSR1 (Slurm's pre-timeout signal): checkpoint at the end of this iteration, exit 75
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, lambda signum, frame: signalled.append(signum))
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    checkpoint = load_checkpoint(args.resume) if args.resume else None
     print(
         f"batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
         f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
         f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs"
+        + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
+           "(envpool's emulator state is not saved)" if checkpoint else "")
     )
     if args.track:
         import wandb
@@ -494,7 +621,7 @@ def main(args):
         rnd_model.to(memory_format=torch.channels_last)
     combined_parameters = list(agent.parameters()) + list(rnd_model.predictor.parameters())
     optimizer = optim.Adam(combined_parameters, lr=args.learning_rate, eps=1e-5)
-    obs_rms = RunningMeanStd(shape=(1, 84, 84))
+    obs_rms = FrameRunningMeanStd((1, 84, 84), device)
     reward_rms = RunningMeanStd()
     discounted_reward = RewardForwardFilter(args.int_gamma)
     room_byte = ROOM_RAM_BYTE.get(args.env_id)
@@ -514,26 +641,42 @@ def main(args):
     recent_returns = deque(maxlen=20)
 
     next_obs, info = envs.reset()
-    print(f"initialising the observation normaliser with {args.num_iterations_obs_norm_init * args.num_steps} random-action steps per env")
-    for _ in range(args.num_iterations_obs_norm_init):
-        frames = []
-        for _ in range(args.num_steps):
-            next_obs, _, _, _, info = envs.step(np.random.randint(0, num_actions, size=(args.num_envs,)))
-            frames.append(next_obs[:, 3:4])
-        obs_rms.update(np.concatenate(frames).astype(np.float64))
+    start_iteration, global_step = 0, 0
+    if checkpoint:
+        agent.load_state_dict(checkpoint["agent"])
+        rnd_model.load_state_dict(checkpoint["rnd_model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's flag, not the saved one (annealing sets it anew)
+        norms = checkpoint["normalisers"]
+        obs_rms.mean, obs_rms.var, obs_rms.count = norms["obs"][0].to(device), norms["obs"][1].to(device), norms["obs"][2]
+        reward_rms.mean, reward_rms.var, reward_rms.count = norms["reward"]
+        discounted_reward.rewems, rooms = norms["reward_filter"], set(norms["rooms"])
+        start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
+        recent_returns.extend(checkpoint["recent_returns"])
+        restore_rng(checkpoint["rng"])
+    else:
+        print(f"initialising the observation normaliser with {args.num_iterations_obs_norm_init * args.num_steps} random-action steps per env")
+        for _ in range(args.num_iterations_obs_norm_init):
+            frames = []
+            for _ in range(args.num_steps):
+                next_obs, _, _, _, info = envs.step(np.random.randint(0, num_actions, size=(args.num_envs,)))
+                frames.append(torch.as_tensor(next_obs[:, 3:4], device=device))
+            obs_rms.update(torch.cat(frames))
+    checkpoint_dir = f"runs/{run_name}/checkpoints"
+    last_checkpoint = args.resume
 
-    global_step = 0
-    start_time = time.time()
+    start_time, start_step = time.time(), global_step
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
-    progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", unit_scale=True, dynamic_ncols=True)
+    progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
+                    dynamic_ncols=True)
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
-        rollout_stats = frame_stats(obs_rms, device)
+        rollout_stats = obs_rms.stats()
         for step in range(0, args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
@@ -564,8 +707,8 @@ def main(args):
                 recent_returns.append(episode_returns[idx])
             episode_returns[game_over] = 0.0
 
-        # intrinsic rewards divided by a running std of the discounted intrinsic returns
-        curiosity_reward_per_env = np.array([discounted_reward.update(r) for r in curiosity_rewards.cpu().numpy()])
+        # intrinsic rewards divided by a running std of the discounted intrinsic returns (the filter runs over time)
+        curiosity_reward_per_env = discounted_intrinsic_returns(discounted_reward, curiosity_rewards.cpu().numpy())
         reward_rms.update_from_moments(np.mean(curiosity_reward_per_env), np.var(curiosity_reward_per_env),
                                        curiosity_reward_per_env.size)
         curiosity_rewards /= np.sqrt(reward_rms.var)
@@ -583,12 +726,14 @@ def main(args):
         b_ext_returns, b_int_returns = ext_returns.reshape(-1), int_returns.reshape(-1)
         b_ext_values = ext_values.reshape(-1)
         b_advantages = int_advantages.reshape(-1) * args.int_coef + ext_advantages.reshape(-1) * args.ext_coef
-        obs_rms.update(b_obs[:, 3:4].cpu().numpy().astype(np.float64))
+        obs_rms.update(b_obs[:, 3:4])
 
-        update_stats = frame_stats(obs_rms, device)
+        update_stats = obs_rms.stats()
         measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
         b_inds = np.arange(args.batch_size)
-        clipfracs, grad_norms, rnd_losses = [], [], []
+        # the minibatches' statistics stay on the device; they are read once per iteration (no per-minibatch sync)
+        sums = torch.zeros(3, device=device)  # clipfrac, grad norm, RND loss
+        minibatch_steps = 0
         for epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             for start in range(0, args.batch_size, args.minibatch_size):
@@ -604,7 +749,7 @@ def main(args):
                 ratio = logratio.exp()
                 with torch.no_grad():
                     approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs.append(((ratio - 1.0).abs() > args.clip_coef).float().mean().item())
+                    clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
 
                 mb_advantages = b_advantages[mb_inds]
                 if args.norm_adv:
@@ -631,43 +776,55 @@ def main(args):
 
                 optimizer.zero_grad()
                 loss.backward()
-                grad_norms.append(nn.utils.clip_grad_norm_(combined_parameters, args.max_grad_norm).item())
                 if measure and epoch == 0 and start == 0:
-                    # B.4 on the gradient of the iteration's first minibatch (the agent's parameters)
+                    # B.4 on the raw gradient of the iteration's first minibatch (the agent's), before clipping rescales it
                     kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
+                grad_norm = nn.utils.clip_grad_norm_(combined_parameters, args.max_grad_norm)
                 optimizer.step()
-                rnd_losses.append(forward_loss.item())
+                sums += torch.stack([clipfrac, grad_norm, forward_loss.detach()])
+                minibatch_steps += 1
 
-            if args.target_kl is not None and approx_kl > args.target_kl:
+            if args.target_kl is not None and approx_kl.item() > args.target_kl:  # one read per epoch, only with --target-kl
                 break
 
-        y_pred, y_true = b_ext_values.cpu().numpy(), b_ext_returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-        # KL(behaviour || updated policy) on the whole batch after the last epoch, exact for a categorical;
-        # DDR = transitions per iteration / that KL (stagnation §4.4)
+        # KL(behaviour || updated policy) after the last epoch, exact for a categorical, on the whole batch or a
+        # --kl-sample of it; DDR = transitions per iteration / that KL (stagnation §4.4)
         with torch.inference_mode():
             b_behaviour_logits = behaviour_logits.reshape(-1, num_actions)
-            kl_sum = 0.0
-            for start in range(0, args.batch_size, args.minibatch_size):
-                new_logits = agent.actor(agent.network(agent.preprocess(b_obs[start : start + args.minibatch_size])))
-                old_logp = torch.log_softmax(b_behaviour_logits[start : start + args.minibatch_size], dim=-1)
-                kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum().item()
-            kl = kl_sum / args.batch_size
+            kl_inds = torch.randperm(args.batch_size, device=device)[: args.kl_sample] if args.kl_sample else None
+            kl_sum = torch.zeros((), device=device)
+            for start in range(0, args.kl_sample or args.batch_size, args.minibatch_size):
+                inds = kl_inds[start : start + args.minibatch_size] if kl_inds is not None else slice(start, start + args.minibatch_size)
+                new_logits = agent.actor(agent.network(agent.preprocess(b_obs[inds])))
+                old_logp = torch.log_softmax(b_behaviour_logits[inds], dim=-1)
+                kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum()
+            var_y = b_ext_returns.var(unbiased=False)
+            explained_var = torch.where(var_y > 0, 1 - (b_ext_returns - b_ext_values).var(unbiased=False) / var_y, torch.nan)
+            losses = torch.stack([v_loss, ext_v_loss, int_v_loss, pg_loss, entropy_loss, approx_kl]).detach()
+            finite = (torch.stack([torch.isfinite(p).all() for p in combined_parameters]).all()
+                      & torch.isfinite(losses).all() & torch.isfinite(sums).all())
+            read = torch.cat([losses, sums / minibatch_steps, torch.stack([
+                kl_sum / (args.kl_sample or args.batch_size), explained_var, curiosity_rewards.mean(), finite.float()])]).tolist()
+        (v_loss, ext_v_loss, int_v_loss, pg_loss, entropy_loss, approx_kl, clipfrac, grad_norm, rnd_loss, kl, explained_var,
+         intrinsic_mean, finite) = read  # the one sync
+        if not finite:
+            progress.close()
+            print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
+                  f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
+            sys.exit(1)
 
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("charts/intrinsic_reward_mean", curiosity_rewards.mean().item(), global_step)
-        writer.add_scalar("losses/rnd_loss", np.mean(rnd_losses), global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/value_loss_ext", ext_v_loss.item(), global_step)
-        writer.add_scalar("losses/value_loss_int", int_v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
+        writer.add_scalar("charts/intrinsic_reward_mean", intrinsic_mean, global_step)
+        writer.add_scalar("losses/rnd_loss", rnd_loss, global_step)
+        writer.add_scalar("losses/value_loss", v_loss, global_step)
+        writer.add_scalar("losses/value_loss_ext", ext_v_loss, global_step)
+        writer.add_scalar("losses/value_loss_int", int_v_loss, global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss, global_step)
+        writer.add_scalar("losses/entropy", entropy_loss, global_step)
         writer.add_scalar("losses/approx_kl", kl, global_step)
-        writer.add_scalar("losses/approx_kl_last_minibatch", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
-        writer.add_scalar("losses/grad_norm", np.mean(grad_norms), global_step)
+        writer.add_scalar("losses/approx_kl_last_minibatch", approx_kl, global_step)
+        writer.add_scalar("losses/clipfrac", clipfrac, global_step)
+        writer.add_scalar("losses/grad_norm", grad_norm, global_step)
         writer.add_scalar("losses/explained_variance", explained_var, global_step)
         writer.add_scalar("charts/ddr", args.batch_size / max(kl, 1e-12), global_step)
         if room_byte is not None:
@@ -678,18 +835,37 @@ def main(args):
             metrics["dynamics/grad_kurtosis"] = kurtosis
             for tag, value in metrics.items():
                 writer.add_scalar(tag, value, global_step)
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-",
                              rooms=len(rooms) if room_byte is not None else "-")
+
+        if signalled or (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)):
+            normalisers = {"obs": (obs_rms.mean, obs_rms.var, obs_rms.count),
+                           "reward": (reward_rms.mean, reward_rms.var, reward_rms.count),
+                           "reward_filter": discounted_reward.rewems, "rooms": sorted(rooms)}
+            last_checkpoint = save_checkpoint(f"{checkpoint_dir}/iter_{iteration}.pt", {"agent": agent, "rnd_model": rnd_model},
+                                              optimizer, normalisers, iteration, global_step, recent_returns, args)
+        if signalled and iteration < args.num_iterations:
+            progress.close()
+            print(f"stopped by signal {signalled[0]} after iteration {iteration}; resume with --resume {last_checkpoint}")
+            writer.close()
+            envs.close()
+            sys.exit(REQUEUE)
+        if iteration == args.reset_envs_at:  # what a resume from this iteration's checkpoint does
+            envs.close()
+            envs = make_env(args.env_id, args.num_envs, args.seed, args.sticky_action)
+            next_obs = torch.as_tensor(envs.reset()[0], device=device)
+            next_done = torch.zeros(args.num_envs, device=device)
+            episode_returns[:] = 0.0
 
     progress.close()
     envs.close()
     if args.save_model:
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save({"agent": agent.state_dict(), "rnd_model": rnd_model.state_dict(),
-                    "obs_rms": (obs_rms.mean, obs_rms.var, obs_rms.count)}, model_path)
+                    "obs_rms": (obs_rms.mean.cpu().numpy(), obs_rms.var.cpu().numpy(), obs_rms.count)}, model_path)
         print(f"model saved to {model_path}")
         scores = evaluate(agent, args, device)
         for idx, score in enumerate(scores):

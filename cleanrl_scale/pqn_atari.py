@@ -6,9 +6,18 @@ layer; epsilon-greedy rollouts from parallel envs; Q(lambda) targets computed ba
 rollout; several epochs of minibatch regression on them. With the same fixed-budget semantics,
 scaling-recipe flags and learning-dynamics metrics (feature rank, dormant neurons, weight norm,
 gradient kurtosis; App. B) as the PPO script, and uint8 rollout storage.
+
+Departure from CleanRL's pqn_atari_envpool: Adam, as the data-collection paper's Table 1 says, where
+CleanRL uses RAdam (`--optimizer radam`). Runs survive preemption as ppo_atari_envpool.py's do:
+--save-every / --resume checkpoints (network, optimiser, every RNG, counters; epsilon follows the
+global step), SIGTERM or SIGUSR1 checkpoint at the end of the iteration and exit 75, and a loss or
+parameter that is not finite stops the run naming the last good checkpoint. Envpool's emulator
+state cannot be saved: a resumed run starts fresh episodes.
 """
+import math
 import os
 import random
+import signal
 import sys
 import time
 from collections import deque
@@ -82,7 +91,9 @@ class Args:
     end_e: float = 0.01
     """the ending epsilon for exploration"""
     exploration_fraction: float = 0.10
-    """the fraction of `total-timesteps` it takes from start-e to go end-e"""
+    """the fraction of `total-timesteps` it takes from start-e to go end-e (0: end-e from the start)"""
+    optimizer: str = "adam"
+    """adam (the paper's Table 1) or radam (CleanRL's pqn_atari_envpool)"""
 
     # Scaling recipes (stagnation paper §5, App. D)
     scaling_recipe: str = "none"
@@ -101,6 +112,14 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+
+    # Checkpoints
+    save_every: int = 0
+    """write runs/<run>/checkpoints/iter_<i>.pt every this many iterations and after the last (0: only when signalled)"""
+    resume: Optional[str] = None
+    """a checkpoint to continue from (its env and --num-envs; fresh episodes, everything else exact)"""
+    reset_envs_at: int = 0
+    """restart every env on fresh episodes after this iteration, as a resumed run does (0: never; to check a resume)"""
 
     # to be filled in runtime
     batch_size: int = 0
@@ -147,10 +166,15 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
 
 def resolve_args(args):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
+    if not 0 <= args.seed < 2**31:
+        raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
     for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau"):
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "save_every", "reset_envs_at"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "max_grad_norm"):
@@ -159,6 +183,12 @@ def resolve_args(args):
     for flag in ("gamma", "q_lambda", "start_e", "end_e", "exploration_fraction"):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if args.end_e > args.start_e:
+        raise BadFlag(f"--end-e {args.end_e} must not exceed --start-e {args.start_e} (epsilon decays)")
+    if args.optimizer not in OPTIMIZERS:
+        raise BadFlag(f"--optimizer must be one of {', '.join(OPTIMIZERS)} (got {args.optimizer!r})")
+    if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
+        raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
     if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
         raise BadFlag(f"--env-id must be an envpool Atari id such as Breakout-v5 (got {args.env_id!r})")
     args.batch_size = args.num_envs * args.num_steps
@@ -184,12 +214,64 @@ def resolve_args(args):
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.resume is not None:
+        check_resume(args, load_checkpoint(args.resume))
     return args
 
 
-def linear_schedule(start_e: float, end_e: float, duration: int, t: int):
-    slope = (end_e - start_e) / duration if duration > 0 else 0.0
-    return max(slope * t + start_e, end_e)
+OPTIMIZERS = {"adam": optim.Adam, "radam": optim.RAdam}
+CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "optimizer")  # the network, the storage, the optimiser's state
+
+
+def load_checkpoint(path):
+    """The dict `save_checkpoint` wrote, or BadFlag."""
+    if not os.path.isfile(path):
+        raise BadFlag(f"--resume {path}: no such file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are Python objects
+    except Exception as e:
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script ({type(e).__name__})")
+    if not isinstance(state, dict) or not {"q_network", "optimizer", "rng", "iteration", "global_step", "args"} <= set(state):
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
+    return state
+
+
+def check_resume(args, state):
+    for flag in CHECKPOINT_MUST_MATCH:
+        if state["args"][flag] != getattr(args, flag):
+            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'][flag]}, not {getattr(args, flag)}")
+    if state["iteration"] >= args.num_iterations:
+        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+
+
+def save_checkpoint(path, q_network, optimizer, iteration, global_step, recent_returns, args):
+    """Everything a run needs to continue exactly, but the emulators: written to a temporary name, then renamed."""
+    state = {
+        "q_network": q_network.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
+        "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
+        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+    }
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save(state, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
+    return path
+
+
+def restore_rng(rng):
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def linear_schedule(start_e: float, end_e: float, duration: float, t: int):
+    """Epsilon at step t: from start_e to end_e linearly over `duration` steps, then end_e; a zero duration is
+    end_e from the start (CleanRL's formula divides by it)."""
+    if t >= duration:
+        return end_e
+    return start_e + (end_e - start_e) * t / duration
 
 
 def q_lambda_returns(rewards, dones, next_max_q, gamma, q_lambda):
@@ -325,12 +407,21 @@ def evaluate(q_network, env_id, eval_episodes, seed, device, epsilon=0.05):
     return scores
 
 
+REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
+
+
 def main(args):
+    signalled = []  # SIGTERM / SIGUSR1 (Slurm's pre-timeout signal): checkpoint at the end of this iteration, exit 75
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, lambda signum, frame: signalled.append(signum))
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    checkpoint = load_checkpoint(args.resume) if args.resume else None
     print(
         f"batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
         f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
-        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs, Q(lambda {args.q_lambda:g})"
+        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs, Q(lambda {args.q_lambda:g}), {args.optimizer}"
+        + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
+           "(envpool's emulator state is not saved)" if checkpoint else "")
     )
     if args.track:
         import wandb
@@ -355,7 +446,7 @@ def main(args):
     q_network = QNetwork(envs.action_space.n).to(device)
     if device.type == "cpu":
         q_network.to(memory_format=torch.channels_last)  # faster convolutions on CPU
-    optimizer = optim.Adam(q_network.parameters(), lr=args.learning_rate)
+    optimizer = OPTIMIZERS[args.optimizer](q_network.parameters(), lr=args.learning_rate)
 
     # rollout storage; observations stay uint8
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
@@ -366,13 +457,24 @@ def main(args):
     episode_returns = np.zeros(args.num_envs)
     recent_returns = deque(maxlen=20)
 
-    global_step = 0
-    start_time = time.time()
+    start_iteration, global_step = 0, 0
+    if checkpoint:
+        q_network.load_state_dict(checkpoint["q_network"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's flag, not the saved one (annealing sets it anew)
+        start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
+        recent_returns.extend(checkpoint["recent_returns"])
+        restore_rng(checkpoint["rng"])
+    checkpoint_dir = f"runs/{run_name}/checkpoints"
+    last_checkpoint = args.resume
+
+    start_time, start_step = time.time(), global_step
     next_obs, _ = envs.reset()
     next_obs = torch.as_tensor(next_obs, device=device)
-    progress = tqdm(total=args.num_iterations * args.batch_size, unit="step", unit_scale=True, dynamic_ncols=True)
+    progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
+                    dynamic_ncols=True)
 
-    for iteration in range(1, args.num_iterations + 1):
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             optimizer.param_groups[0]["lr"] = frac * args.learning_rate
@@ -410,7 +512,8 @@ def main(args):
 
         measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
         b_inds = np.arange(args.batch_size)
-        td_losses, q_means, grad_norms = [], [], []
+        # the minibatches' statistics stay on the device; they are read once per iteration (no per-minibatch sync)
+        sums = torch.zeros(3, device=device)  # TD loss, mean Q taken, grad norm
         for epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             for start in range(0, args.batch_size, args.minibatch_size):
@@ -419,29 +522,53 @@ def main(args):
                 loss = F.mse_loss(q_taken, b_returns[mb_inds])
                 optimizer.zero_grad()
                 loss.backward()
-                grad_norms.append(nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm).item())
                 if measure and epoch == 0 and start == 0:
-                    # B.4 on the gradient of the iteration's first minibatch
+                    # B.4 on the raw gradient of the iteration's first minibatch, before clipping rescales it
                     kurtosis = grad_kurtosis([p.grad for p in q_network.parameters() if p.grad is not None])
+                grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
                 optimizer.step()
-                td_losses.append(loss.item())
-                q_means.append(q_taken.detach().mean().item())
+                sums += torch.stack([loss.detach(), q_taken.detach().mean(), grad_norm])
+
+        with torch.no_grad():
+            finite = torch.stack([torch.isfinite(p).all() for p in q_network.parameters()]).all() & torch.isfinite(sums).all()
+            td_loss, q_mean, grad_norm, finite = torch.cat([sums / (args.update_epochs * args.num_minibatches),
+                                                            finite.float()[None]]).tolist()  # the one sync
+        if not finite:
+            progress.close()
+            print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
+                  f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
+            sys.exit(1)
 
         writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
         writer.add_scalar("charts/epsilon", epsilon, global_step)
-        writer.add_scalar("losses/td_loss", np.mean(td_losses), global_step)
-        writer.add_scalar("losses/q_values", np.mean(q_means), global_step)
-        writer.add_scalar("losses/grad_norm", np.mean(grad_norms), global_step)
+        writer.add_scalar("losses/td_loss", td_loss, global_step)
+        writer.add_scalar("losses/q_values", q_mean, global_step)
+        writer.add_scalar("losses/grad_norm", grad_norm, global_step)
         if measure:
             sample = torch.randperm(args.batch_size, device=device)[: args.dynamics_batch]
             metrics = dynamics_metrics(q_network, b_obs[sample], args.dormant_tau)
             metrics["dynamics/grad_kurtosis"] = kurtosis
             for tag, value in metrics.items():
                 writer.add_scalar(tag, value, global_step)
-        sps = int(global_step / (time.time() - start_time))
+        sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, eps=f"{epsilon:.3f}", ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-")
+
+        if signalled or (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)):
+            last_checkpoint = save_checkpoint(f"{checkpoint_dir}/iter_{iteration}.pt", q_network, optimizer, iteration,
+                                              global_step, recent_returns, args)
+        if signalled and iteration < args.num_iterations:
+            progress.close()
+            print(f"stopped by signal {signalled[0]} after iteration {iteration}; resume with --resume {last_checkpoint}")
+            writer.close()
+            envs.close()
+            sys.exit(REQUEUE)
+        if iteration == args.reset_envs_at:  # what a resume from this iteration's checkpoint does
+            envs.close()
+            envs = make_env(args.env_id, args.num_envs, args.seed)
+            next_obs = torch.as_tensor(envs.reset()[0], device=device)
+            episode_returns[:] = 0.0
 
     progress.close()
     envs.close()

@@ -1,16 +1,14 @@
 """ppo_atari_envpool.py: metrics in closed form, GAE against a reference loop, recipe arithmetic,
-bad input, tiny end-to-end runs of a copy of the script on real envpool Atari, the raw-gradient kurtosis,
-determinism, exact resumption, SIGTERM and the stop on a loss that is not finite."""
+bad input, and tiny end-to-end runs of a copy of the script on real envpool Atari (checkpoints, resumption,
+signals and the raw-gradient kurtosis: test_torch_runs_survive.py)."""
 import math
-import signal
-import time
 
 import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 
-from conftest import assert_bad_input, finish, read_values, reference_gae, run_copy, run_dirs, start_copy
+from conftest import assert_bad_input, read_values, reference_gae, run_copy, run_dirs
 
 SCRIPT = "ppo_atari_envpool"
 
@@ -297,101 +295,3 @@ def test_grad_accumulation_over_chunks_reproduces_the_whole_minibatch_update(tmp
     for tag in ["losses/value_loss", "losses/policy_loss", "losses/approx_kl", "losses/grad_norm", "dynamics/weight_norm"]:
         np.testing.assert_allclose(logs[0][tag], logs[1][tag], rtol=2e-3, atol=1e-7, err_msg=tag)
     assert logs[0]["dynamics/weight_norm"][0] != logs[0]["dynamics/weight_norm"][-1]  # the weights did move
-
-
-# ---------------------------------------------------------------- measured as defined, runs that survive
-RESUMABLE = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "640", "--dynamics-every", "2",
-             "--dynamics-batch", "64", "--save-every", "2"]
-
-
-def test_gradient_kurtosis_is_of_the_raw_gradient_whatever_the_clip(tmp_path):
-    """B.4 is read before clip_grad_norm_ rescales the gradient: a clip 500x tighter logs the same kurtosis
-    (log(|g| + 1e-8) is not scale-invariant: read after clipping, it moved with the clip factor)."""
-    kurtosis = {}
-    for clip in ("0.5", "0.001"):
-        flags = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "128", "--dynamics-batch", "64", "--max-grad-norm", clip]
-        result = run_copy(SCRIPT, flags, tmp_path / clip, timeout=600)
-        assert result.returncode == 0, result.stderr[-2000:]
-        scalars, _ = read_values(run_dirs(tmp_path / clip)[0])
-        kurtosis[clip] = scalars["dynamics/grad_kurtosis"]
-        assert scalars["losses/grad_norm"][0] > 0.01  # the tight clip is active
-    assert kurtosis["0.5"] == kurtosis["0.001"] and len(kurtosis["0.5"]) == 1
-
-
-@pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
-    """5 iterations that restart their envs after iteration 2, as a run resumed from iteration 2 does; run twice."""
-    runs = []
-    for name in ("first", "second"):
-        workdir = tmp_path_factory.mktemp(name)
-        result = run_copy(SCRIPT, RESUMABLE + ["--reset-envs-at", "2"], workdir, timeout=600)
-        assert result.returncode == 0, result.stderr[-2000:]
-        runs.append((run_dirs(workdir)[0], read_values(run_dirs(workdir)[0])[0]))
-    return runs
-
-
-def test_same_seed_and_flags_log_the_same_values_on_cpu(uninterrupted):
-    (_, first), (_, second) = uninterrupted
-    assert set(first) == set(second)
-    for tag in first:
-        if tag != "charts/SPS":
-            assert first[tag] == second[tag], tag
-
-
-def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
-    run_dir, first = uninterrupted[0]
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter_2.pt", "iter_4.pt", "iter_5.pt"]
-    result = run_copy(SCRIPT, RESUMABLE + ["--resume", run_dir / "checkpoints" / "iter_2.pt"], tmp_path, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "resuming" in result.stdout and "fresh episodes" in result.stdout
-    resumed, _ = read_values(run_dirs(tmp_path)[0])
-    assert len(resumed["losses/policy_loss"]) == 3  # iterations 3, 4, 5
-    for tag, values in resumed.items():
-        if tag != "charts/SPS":
-            assert values == first[tag][-len(values):], tag
-
-
-@pytest.mark.parametrize("argv, text", [
-    (["--num-envs", "8"], "was saved with --num-envs 4, not 8"),
-    (["--separate-encoders"], "was saved with --separate-encoders False, not True"),
-    (["--total-timesteps", "256"], "is at iteration 2, not before the last (2)"),
-])
-def test_resume_refuses_another_network_or_a_finished_run(uninterrupted, tmp_path, argv, text):
-    checkpoint = uninterrupted[0][0] / "checkpoints" / "iter_2.pt"
-    flags = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "640"]
-    result = run_copy(SCRIPT, flags + argv + ["--resume", checkpoint], tmp_path, timeout=120)
-    assert_bad_input(result, tmp_path, text)
-
-
-def test_sigterm_checkpoints_at_the_end_of_the_iteration_and_exits_75(tmp_path):
-    """The signal a launcher or Slurm sends, sent to a real run: it writes a checkpoint, says so, exits 75; the
-    checkpoint then resumes the run to its end."""
-    process = start_copy(SCRIPT, ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "12800", "--dynamics-every", "0"],
-                         tmp_path / "run")
-    start = time.time()
-    while not list((tmp_path / "run").glob("runs/*/events.out.tfevents.*")):
-        assert time.time() - start < 120 and process.poll() is None, "the run did not start"
-        time.sleep(0.2)
-    time.sleep(2)
-    process.send_signal(signal.SIGTERM)
-    result = finish(process, 300)
-    assert result.returncode == 75, result.stderr[-2000:]
-    (checkpoint,) = (run_dirs(tmp_path / "run")[0] / "checkpoints").iterdir()
-    iteration = int(checkpoint.stem.split("_")[1])
-    assert 1 <= iteration < 100 and f"stopped by signal 15 after iteration {iteration}" in result.stdout
-    flags = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", str(128 * (iteration + 1)), "--dynamics-every", "0"]
-    resumed = run_copy(SCRIPT, flags + ["--resume", checkpoint], tmp_path / "resumed", timeout=600)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert len(read_values(run_dirs(tmp_path / "resumed")[0])[0]["losses/policy_loss"]) == 1
-
-
-def test_a_loss_that_is_not_finite_stops_the_run_naming_the_last_good_checkpoint(tmp_path):
-    """lr 1e30 sends the weights to ~1e31 in one Adam step: the next forward passes overflow to inf and nan."""
-    flags = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "640", "--dynamics-every", "0",
-             "--learning-rate", "1e30", "--no-anneal-lr", "--save-every", "1"]
-    result = run_copy(SCRIPT, flags, tmp_path, timeout=600)
-    assert result.returncode == 1
-    line = [l for l in result.stderr.splitlines() if "not finite" in l]
-    assert line and line[0].startswith("ppo_atari_envpool.py: error: iteration 1: the loss or the parameters are not finite")
-    assert line[0].endswith("last good checkpoint: none")
-    assert not list(tmp_path.glob("runs/*/checkpoints/*.pt"))

@@ -1,5 +1,6 @@
-"""ppo_rnd.py: running statistics against numpy, the discounted-return filter, the two-head GAE,
-bad input, and a tiny end-to-end run of a copy of the script on real envpool Montezuma's Revenge."""
+"""ppo_rnd.py: running statistics against numpy (and on the device), the discounted-return filter over time as
+OpenAI's RND runs it, the two-head GAE, every hidden layer in the dynamics metrics, OpenAI's defaults, bad input,
+and a tiny end-to-end run of a copy of the script on real envpool Montezuma's Revenge."""
 import numpy as np
 import pytest
 import torch
@@ -14,7 +15,7 @@ EVERY_ITERATION = [
     "losses/value_loss", "losses/value_loss_ext", "losses/value_loss_int", "losses/policy_loss", "losses/entropy",
     "losses/clipfrac", "losses/grad_norm", "losses/explained_variance", "charts/SPS", "charts/learning_rate",
 ]
-DYNAMICS = ["dynamics/feature_rank", "dynamics/dormant_pct", "dynamics/weight_norm", "dynamics/grad_kurtosis",
+DYNAMICS = ["dynamics/feature_rank", "dynamics/feature_rank_critic", "dynamics/dormant_pct", "dynamics/weight_norm", "dynamics/grad_kurtosis",
             "dynamics/policy_variance", "dynamics/ess_pct"]
 
 
@@ -33,6 +34,60 @@ def test_running_mean_std_matches_numpy_on_the_concatenated_data(rnd):
     np.testing.assert_allclose(rms.mean, data.mean(axis=0), rtol=1e-9)
     np.testing.assert_allclose(rms.var, data.var(axis=0), rtol=1e-9)
     assert rms.count == pytest.approx(len(data))
+
+
+def test_frame_normaliser_on_the_device_matches_numpys_float64(rnd):
+    """The observation normaliser (torch, batch moments in float32) against the numpy RunningMeanStd in float64."""
+    rng = np.random.default_rng(0)
+    batches = [rng.integers(0, 256, size=(n, 1, 84, 84), dtype=np.uint8) for n in (64, 3, 512, 1)]
+    reference, frames = rnd.RunningMeanStd(shape=(1, 84, 84)), rnd.FrameRunningMeanStd((1, 84, 84), torch.device("cpu"))
+    for batch in batches:
+        reference.update(batch.astype(np.float64))
+        frames.update(torch.as_tensor(batch))
+    np.testing.assert_allclose(frames.mean.numpy(), reference.mean, rtol=1e-6)
+    np.testing.assert_allclose(frames.var.numpy(), reference.var, rtol=1e-5)
+    assert frames.count == pytest.approx(reference.count)
+
+
+def openai_rff_returns(rewards_env_major, gamma, rewems=None):
+    """OpenAI RND (ppo_agent.py): `np.array([rff_int.update(rew) for rew in buf_rews_int.T])`, buf_rews_int being
+    (nenvs, nsteps): one time step of every env per update; RewardForwardFilter: rewems = rewems * gamma + rews."""
+    out = []
+    for rews in rewards_env_major.T:
+        rewems = rews if rewems is None else rewems * gamma + rews
+        out.append(rewems)
+    return np.array(out), rewems
+
+
+def test_intrinsic_reward_filter_runs_over_time_as_openais_rnd(rnd):
+    rng = np.random.default_rng(2)
+    f, rewems = rnd.RewardForwardFilter(0.99), None
+    for _ in range(2):  # two rollouts: the filter carries on across them (non-episodic)
+        rewards = rng.random((7, 3))  # (num_steps, num_envs), as the script stores them
+        expected, rewems = openai_rff_returns(rewards.T, 0.99, rewems)
+        np.testing.assert_allclose(rnd.discounted_intrinsic_returns(f, rewards), expected, rtol=1e-12)
+    # CleanRL's `.T` would feed it envs, not steps: another result
+    assert not np.allclose(rnd.discounted_intrinsic_returns(rnd.RewardForwardFilter(0.99), rewards.T).T,
+                           openai_rff_returns(rewards.T, 0.99)[0])
+
+
+def test_dynamics_count_every_hidden_layer_of_the_agent(rnd):
+    """Torso (32 + 64 + 64 channels, 256, 448), extra layer (448) and the actor's hidden layer (448): a dead actor
+    hidden layer shows up as 448 dormant units of 1760."""
+    torch.manual_seed(0)
+    agent = rnd.Agent(18)
+    obs = torch.randint(0, 256, (64, 4, 84, 84), dtype=torch.uint8)
+    acts, logits = rnd.hidden_activations(agent, obs)
+    assert [a.shape[1] for a in acts] == [32, 64, 64, 256, 448, 448, 448] and logits.shape == (64, 18)
+    before = rnd.dynamics_metrics(agent, obs, torch.zeros(64, dtype=torch.long), torch.zeros(64), 0.025)["dynamics/dormant_pct"]
+    with torch.no_grad():
+        agent.actor[0].weight.zero_()
+        agent.actor[0].bias.fill_(-1.0)
+    after = rnd.dynamics_metrics(agent, obs, torch.zeros(64, dtype=torch.long), torch.zeros(64), 0.025)
+    actor_dormant_before = rnd.dormant_percentage([acts[-1]], 0.025)  # % of the actor's hidden layer dormant already
+    assert after["dynamics/dormant_pct"] == pytest.approx(before + (100 - actor_dormant_before) * 448 / 1760)
+    assert actor_dormant_before < 100
+    assert after["dynamics/feature_rank"] == 0  # the actor's penultimate features are all zero
 
 
 def test_reward_forward_filter_is_the_discounted_sum_so_far(rnd):
@@ -61,20 +116,25 @@ def test_two_head_gae_cuts_extrinsic_at_episode_ends_and_never_intrinsic(rnd):
 
 
 def test_observation_normaliser_clips_to_5_std(rnd):
-    rms = rnd.RunningMeanStd(shape=(1, 84, 84))
+    rms = rnd.FrameRunningMeanStd((1, 84, 84), torch.device("cpu"))
     rms.mean[:], rms.var[:] = 100.0, 4.0
     frames = torch.zeros((2, 4, 84, 84), dtype=torch.uint8)
     frames[0, 3], frames[1, 3] = 104, 255
-    out = rnd.normalise_frame(frames, rnd.frame_stats(rms, torch.device("cpu")))
+    out = rnd.normalise_frame(frames, rms.stats())
     assert out.shape == (2, 1, 84, 84)
     assert torch.allclose(out[0], torch.tensor(2.0)) and torch.allclose(out[1], torch.tensor(5.0))
 
 
-def test_defaults_are_cleanrl_ppo_rnd_envpool(rnd):
+def test_defaults_are_cleanrl_ppo_rnd_envpool_but_where_openais_rnd_differs(rnd):
     args = rnd.resolve_args(rnd.Args())
     assert (args.num_envs, args.num_steps, args.learning_rate, args.gamma, args.int_gamma) == (128, 128, 1e-4, 0.999, 0.99)
     assert (args.int_coef, args.ext_coef, args.update_proportion, args.num_minibatches) == (1.0, 2.0, 0.25, 4)
     assert (args.update_epochs, args.clip_coef, args.ent_coef, args.num_iterations_obs_norm_init) == (4, 0.1, 0.001, 50)
+    # OpenAI's RND, not CleanRL: value coefficient 1 (CleanRL 0.5), no episodic life, sticky actions
+    assert args.vf_coef == 1.0 and args.sticky_action
+    envs = rnd.make_env("MontezumaRevenge-v5", 1, 0)
+    assert envs.config["episodic_life"] is False and envs.config["repeat_action_probability"] == 0.25
+    envs.close()
 
 
 @pytest.mark.parametrize("argv, flag", [
@@ -84,6 +144,13 @@ def test_defaults_are_cleanrl_ppo_rnd_envpool(rnd):
     (["--int-coef", "-1"], "--int-coef must be >= 0"),
     (["--num-envs", "3", "--num-steps", "7"], "--num-minibatches 4 must be positive and divide the batch 21"),
     (["--env-id", "Montezuma"], "--env-id must be an envpool Atari id"),
+    (["--minibatch-size", "1"], "--minibatch-size must be at least 2 with --norm-adv"),
+    (["--max-grad-norm=-1"], "--max-grad-norm must be positive"),
+    (["--target-kl", "0"], "--target-kl must be positive"),
+    (["--vf-coef=-1"], "--vf-coef must be >= 0"),
+    (["--learning-rate", "nan"], "--learning-rate must be a finite number"),
+    (["--seed", "2147483648"], "--seed must lie in [0, 2^31)"),
+    (["--hybrid-minibatch-factor", "4"], "--hybrid-minibatch-factor applies to --scaling-recipe hybrid only"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, flag)

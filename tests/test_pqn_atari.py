@@ -72,7 +72,18 @@ def test_lambda_1_is_the_monte_carlo_return_of_each_episode(pqn):
 def test_epsilon_decays_linearly_then_stays(pqn):
     assert pqn.linear_schedule(1.0, 0.01, 1000, 0) == 1.0
     assert pqn.linear_schedule(1.0, 0.01, 1000, 500) == pytest.approx(0.505)
-    assert pqn.linear_schedule(1.0, 0.01, 1000, 5000) == 0.01
+    assert pqn.linear_schedule(1.0, 0.01, 1000, 1000) == pqn.linear_schedule(1.0, 0.01, 1000, 5000) == 0.01
+
+
+def test_a_zero_exploration_duration_is_end_e_from_the_start(pqn):
+    """--exploration-fraction 0 used to keep epsilon at 1.0 for the whole run (max(0 * t + start, end))."""
+    assert [pqn.linear_schedule(1.0, 0.05, 0, t) for t in (0, 1, 10**6)] == [0.05, 0.05, 0.05]
+
+
+@pytest.mark.parametrize("start, end", [(1.0, 0.01), (0.5, 0.5), (0.9, 0.0), (1.0, 1.0)])
+def test_epsilon_stays_between_end_e_and_start_e(pqn, start, end):
+    values = [pqn.linear_schedule(start, end, 1000.0, t) for t in range(0, 3000, 7)]
+    assert all(end <= v <= start for v in values) and values[-1] == end
 
 
 def test_epsilon_greedy_is_greedy_at_0_and_uniform_at_1(pqn):
@@ -80,6 +91,10 @@ def test_epsilon_greedy_is_greedy_at_0_and_uniform_at_1(pqn):
     assert (pqn.epsilon_greedy(q, 0.0) == 1).all()
     counts = torch.bincount(pqn.epsilon_greedy(q, 1.0, torch.Generator().manual_seed(0)), minlength=3)
     assert (counts > 900).all() and (counts < 1100).all()
+
+
+def test_optimizer_is_adam_as_table_1_says_and_radam_as_cleanrl_on_request(pqn):
+    assert pqn.Args().optimizer == "adam" and pqn.OPTIMIZERS == {"adam": torch.optim.Adam, "radam": torch.optim.RAdam}
 
 
 def test_recipe_keeps_the_minibatch_size_of_the_8_env_base(pqn):
@@ -94,6 +109,13 @@ def test_recipe_keeps_the_minibatch_size_of_the_8_env_base(pqn):
     (["--max-grad-norm", "0"], "--max-grad-norm must be positive"),
     (["--env-id", "CartPole-v1"], "--env-id must be an envpool Atari id"),
     (["--scaling-recipe", "bigger"], "--scaling-recipe must be one of"),
+    (["--start-e", "0.05", "--end-e", "0.9"], "--end-e 0.9 must not exceed --start-e 0.05"),
+    (["--exploration-fraction", "1.5"], "--exploration-fraction must lie in [0, 1]"),
+    (["--optimizer", "sgd"], "--optimizer must be one of adam, radam"),
+    (["--learning-rate", "inf"], "--learning-rate must be a finite number"),
+    (["--seed", "2147483648"], "--seed must lie in [0, 2^31)"),
+    (["--hybrid-minibatch-factor", "2"], "--hybrid-minibatch-factor applies to --scaling-recipe hybrid only"),
+    (["--max-grad-norm=-1"], "--max-grad-norm must be positive"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, flag)
@@ -119,3 +141,11 @@ def test_tiny_run_logs_every_tag(tiny_run, pqn):
     q_network.load_state_dict(torch.load(run_dir / f"{SCRIPT}.pt"))
     assert len(scalars["eval/episodic_return"]) == 2
     assert list((workdir / "wandb").glob("offline-run-*")), "wandb offline run missing"
+
+
+def test_no_exploration_schedule_and_radam_in_a_real_run(tmp_path):
+    """--exploration-fraction 0 acts at end-e from the first step; --optimizer radam trains (CleanRL's optimiser)."""
+    flags = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "256", "--dynamics-every", "0",
+             "--exploration-fraction", "0", "--optimizer", "radam"]
+    _, result, scalars, _ = run_ok(SCRIPT, flags, tmp_path)
+    assert scalars["charts/epsilon"] == [pytest.approx(0.01)] * 2 and "radam" in result.stdout

@@ -1,0 +1,113 @@
+"""The three torch scripts (ppo_atari_envpool, pqn_atari, ppo_rnd) on real envpool Atari: the gradient kurtosis is
+the raw gradient's, the same seed logs the same values, a run resumed from a checkpoint continues exactly (but for
+its fresh episodes), SIGTERM checkpoints and exits 75, and a loss that is not finite stops the run."""
+import signal
+import time
+
+import pytest
+
+from conftest import assert_bad_input, finish, read_values, run_copy, run_dirs, start_copy
+
+SMALL = ["--num-envs", "4", "--num-steps", "32", "--dynamics-batch", "64"]
+SCRIPTS = {
+    "ppo_atari_envpool": SMALL,
+    "pqn_atari": SMALL,
+    "ppo_rnd": SMALL + ["--num-iterations-obs-norm-init", "1"],
+}
+# a flag a checkpoint must agree on, besides --num-envs
+MUST_MATCH = {"ppo_atari_envpool": (["--separate-encoders"], "--separate-encoders False, not True"),
+              "pqn_atari": (["--optimizer", "radam"], "--optimizer adam, not radam"),
+              "ppo_rnd": (["--env-id", "Venture-v5"], "--env-id MontezumaRevenge-v5, not Venture-v5")}
+RESUMABLE = ["--total-timesteps", "640", "--dynamics-every", "2", "--save-every", "2"]  # 5 iterations
+
+
+def run_ok(script, flags, workdir):
+    result = run_copy(script, SCRIPTS[script] + flags, workdir, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result, read_values(run_dirs(workdir)[0])[0]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_gradient_kurtosis_is_of_the_raw_gradient_whatever_the_clip(script, tmp_path):
+    """B.4 is read before clip_grad_norm_ rescales the gradient: a clip 10^7 times tighter logs the same kurtosis
+    (log(|g| + 1e-8) is not scale-invariant: read after clipping, it moved with the clip factor)."""
+    kurtosis = {}
+    for clip in ("1000", "0.0001"):
+        _, scalars = run_ok(script, ["--total-timesteps", "128", "--max-grad-norm", clip], tmp_path / clip)
+        kurtosis[clip] = scalars["dynamics/grad_kurtosis"]
+        assert scalars["losses/grad_norm"][0] > 0.0001  # the tight clip is active
+    assert kurtosis["1000"] == kurtosis["0.0001"] and len(kurtosis["1000"]) == 1
+
+
+@pytest.fixture(scope="module", params=list(SCRIPTS))
+def uninterrupted(request, tmp_path_factory):
+    """5 iterations that restart their envs after iteration 2, as a run resumed from iteration 2 does; run twice."""
+    runs = []
+    for name in ("first", "second"):
+        workdir = tmp_path_factory.mktemp(f"{request.param}_{name}")
+        _, scalars = run_ok(request.param, RESUMABLE + ["--reset-envs-at", "2"], workdir)
+        runs.append((run_dirs(workdir)[0], scalars))
+    return request.param, runs
+
+
+def test_same_seed_and_flags_log_the_same_values_on_cpu(uninterrupted):
+    _, ((_, first), (_, second)) = uninterrupted
+    assert set(first) == set(second)
+    for tag in first:
+        if tag != "charts/SPS":
+            assert first[tag] == second[tag], tag
+
+
+def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
+    script, ((run_dir, first), _) = uninterrupted
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter_2.pt", "iter_4.pt", "iter_5.pt"]
+    result, resumed = run_ok(script, RESUMABLE + ["--resume", run_dir / "checkpoints" / "iter_2.pt"], tmp_path)
+    assert "resuming" in result.stdout and "fresh episodes" in result.stdout
+    assert len(resumed["losses/grad_norm"]) == 3  # iterations 3, 4, 5
+    for tag, values in resumed.items():
+        if tag != "charts/SPS":
+            assert values == first[tag][-len(values):], tag
+
+
+def test_resume_refuses_another_network_or_a_finished_run(uninterrupted, tmp_path):
+    script, ((run_dir, _), _) = uninterrupted
+    checkpoint = run_dir / "checkpoints" / "iter_2.pt"
+    for i, (argv, text) in enumerate([(["--num-envs", "8", "--total-timesteps", "1280"], "--num-envs 4, not 8"),
+                                      (MUST_MATCH[script][0] + ["--total-timesteps", "640"], MUST_MATCH[script][1]),
+                                      (["--total-timesteps", "256"], "is at iteration 2, not before the last (2)")]):
+        result = run_copy(script, SCRIPTS[script] + argv + ["--resume", checkpoint], tmp_path / str(i), timeout=120)
+        assert_bad_input(result, tmp_path / str(i), text)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_sigterm_checkpoints_at_the_end_of_the_iteration_and_exits_75(script, tmp_path):
+    """The signal a launcher or Slurm sends, sent to a real run: it writes a checkpoint, says so, exits 75; the
+    checkpoint then resumes the run to its end."""
+    process = start_copy(script, SCRIPTS[script] + ["--total-timesteps", "12800", "--dynamics-every", "0"], tmp_path / "run")
+    start = time.time()
+    while not list((tmp_path / "run").glob("runs/*/events.out.tfevents.*")):
+        assert time.time() - start < 120 and process.poll() is None, "the run did not start"
+        time.sleep(0.2)
+    time.sleep(2)
+    process.send_signal(signal.SIGTERM)
+    result = finish(process, 300)
+    assert result.returncode == 75, result.stderr[-3000:]
+    (checkpoint,) = (run_dirs(tmp_path / "run")[0] / "checkpoints").iterdir()
+    iteration = int(checkpoint.stem.split("_")[1])
+    assert 1 <= iteration < 100 and f"stopped by signal 15 after iteration {iteration}" in result.stdout
+    flags = ["--total-timesteps", str(128 * (iteration + 1)), "--dynamics-every", "0", "--resume", checkpoint]
+    _, resumed = run_ok(script, flags, tmp_path / "resumed")
+    assert len(resumed["losses/grad_norm"]) == 1
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_loss_that_is_not_finite_stops_the_run_naming_the_last_good_checkpoint(script, tmp_path):
+    """lr 1e30 sends the weights to ~1e30 in one Adam step: the next forward passes overflow to inf and nan."""
+    flags = SCRIPTS[script] + ["--total-timesteps", "640", "--dynamics-every", "0", "--learning-rate", "1e30",
+                               "--no-anneal-lr", "--save-every", "1"]
+    result = run_copy(script, flags, tmp_path, timeout=600)
+    assert result.returncode == 1, result.stderr[-3000:]
+    line = [l for l in result.stderr.splitlines() if "not finite" in l]
+    assert line and line[0].startswith(f"{script}.py: error: iteration 1: the loss or the parameters are not finite")
+    assert line[0].endswith("last good checkpoint: none")
+    assert not list(tmp_path.glob("runs/*/checkpoints/*.pt"))
