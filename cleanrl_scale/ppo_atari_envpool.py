@@ -252,10 +252,20 @@ def load_checkpoint(path):
 
 def check_resume(args, state):
     for flag in CHECKPOINT_MUST_MATCH:
-        if state["args"][flag] != getattr(args, flag):
-            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'][flag]}, not {getattr(args, flag)}")
+        if state["args"].get(flag) != getattr(args, flag):
+            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
     if state["iteration"] >= args.num_iterations:
         raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+
+
+NOT_LEARNING = ("resume", "exp_name", "save_every", "reset_envs_at", "track", "wandb_project_name", "wandb_entity",
+                "save_model", "eval_episodes", "torch_threads")  # flags that do not change what a run learns
+
+
+def changed_flags(args, state):
+    """The flags of this run that differ from the checkpoint's run: it continues under the new ones."""
+    return [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+            if k not in NOT_LEARNING and state["args"].get(k, v) != v]
 
 
 def save_checkpoint(path, agent, optimizer, iteration, global_step, recent_returns, args):
@@ -264,7 +274,7 @@ def save_checkpoint(path, agent, optimizer, iteration, global_step, recent_retur
         "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
         "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
         "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
     }
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.save(state, f"{path}.tmp")
@@ -276,7 +286,7 @@ def restore_rng(rng):
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])
-    if rng["cuda"] is not None and torch.cuda.is_available():
+    if rng["cuda"] is not None and torch.cuda.is_initialized():
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
@@ -501,6 +511,8 @@ def main(args):
         f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs"
         + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
            "(envpool's emulator state is not saved)" if checkpoint else "")
+        + (f"; flags changed since the checkpoint: {', '.join(changed_flags(args, checkpoint))}"
+           if checkpoint and changed_flags(args, checkpoint) else "")
     )
     if args.track:
         import wandb
@@ -610,8 +622,9 @@ def main(args):
         clipfrac_sum, grad_norm_sum, minibatch_steps = torch.zeros((), device=device), torch.zeros((), device=device), 0
         for epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
+            epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
             for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=device)
+                mb_inds = epoch_inds[start : start + args.minibatch_size]
                 mb_advantages = b_advantages[mb_inds]
                 if args.norm_adv:
                     mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
@@ -652,7 +665,9 @@ def main(args):
                 kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum()
             var_y = b_returns.var(unbiased=False)
             explained_var = torch.where(var_y > 0, 1 - (b_returns - b_values).var(unbiased=False) / var_y, torch.nan)
-            finite = torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all() & torch.isfinite(mb_stats).all()
+            # the parameters, the last minibatch's losses and the updated policy's KL on the batch (a forward pass)
+            finite = (torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all()
+                      & torch.isfinite(mb_stats).all() & torch.isfinite(kl_sum))
             read = torch.cat([mb_stats, torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
                               grad_norm_sum / minibatch_steps, explained_var, finite.float()])]).tolist()  # the one sync
         pg_loss, v_loss, entropy_loss, approx_kl, _, kl, clipfrac, grad_norm, explained_var, finite = read
@@ -705,7 +720,7 @@ def main(args):
         model_path = f"runs/{run_name}/{args.exp_name}.pt"
         torch.save(agent.state_dict(), model_path)
         print(f"model saved to {model_path}")
-        scores = evaluate(agent, args.env_id, args.eval_episodes, args.seed + 1, device)
+        scores = evaluate(agent, args.env_id, args.eval_episodes, (args.seed + 1) % 2**31, device)
         for idx, score in enumerate(scores):
             writer.add_scalar("eval/episodic_return", score, idx)
         print(f"eval: mean score {scores.mean():.1f} over {args.eval_episodes} games")

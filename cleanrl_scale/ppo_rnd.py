@@ -265,17 +265,27 @@ def load_checkpoint(path):
         state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are Python objects
     except Exception as e:
         raise BadFlag(f"--resume {path}: not a checkpoint of this script ({type(e).__name__})")
-    if not isinstance(state, dict) or not {"agent", "rnd_model", "optimizer", "normalisers", "rng", "iteration", "args"} <= set(state):
+    if not isinstance(state, dict) or not {"agent", "rnd_model", "optimizer", "normalisers", "rng", "iteration", "global_step", "recent_returns", "args"} <= set(state):
         raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
     return state
 
 
 def check_resume(args, state):
     for flag in CHECKPOINT_MUST_MATCH:
-        if state["args"][flag] != getattr(args, flag):
-            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'][flag]}, not {getattr(args, flag)}")
+        if state["args"].get(flag) != getattr(args, flag):
+            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
     if state["iteration"] >= args.num_iterations:
         raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+
+
+NOT_LEARNING = ("resume", "exp_name", "save_every", "reset_envs_at", "track", "wandb_project_name", "wandb_entity",
+                "save_model", "eval_episodes", "torch_threads")  # flags that do not change what a run learns
+
+
+def changed_flags(args, state):
+    """The flags of this run that differ from the checkpoint's run: it continues under the new ones."""
+    return [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+            if k not in NOT_LEARNING and state["args"].get(k, v) != v]
 
 
 def save_checkpoint(path, models, optimizer, normalisers, iteration, global_step, recent_returns, args):
@@ -285,7 +295,7 @@ def save_checkpoint(path, models, optimizer, normalisers, iteration, global_step
         "normalisers": normalisers, "iteration": iteration, "global_step": global_step,
         "recent_returns": list(recent_returns), "args": vars(args),
         "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
     }
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.save(state, f"{path}.tmp")
@@ -297,7 +307,7 @@ def restore_rng(rng):
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])
-    if rng["cuda"] is not None and torch.cuda.is_available():
+    if rng["cuda"] is not None and torch.cuda.is_initialized():
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
@@ -564,7 +574,7 @@ def make_env(env_id, num_envs, seed, sticky_action=True):
 
 def evaluate(agent, args, device):
     """Raw score of one full game in each of `eval_episodes` envs, actions sampled."""
-    envs = make_env(args.env_id, args.eval_episodes, args.seed + 1, args.sticky_action)
+    envs = make_env(args.env_id, args.eval_episodes, (args.seed + 1) % 2**31, args.sticky_action)
     obs, _ = envs.reset()
     scores, finished = np.zeros(args.eval_episodes), np.zeros(args.eval_episodes, dtype=bool)
     while not finished.all():
@@ -592,6 +602,8 @@ def main(args):
         f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs"
         + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
            "(envpool's emulator state is not saved)" if checkpoint else "")
+        + (f"; flags changed since the checkpoint: {', '.join(changed_flags(args, checkpoint))}"
+           if checkpoint and changed_flags(args, checkpoint) else "")
     )
     if args.track:
         import wandb
@@ -736,8 +748,9 @@ def main(args):
         minibatch_steps = 0
         for epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
+            epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
             for start in range(0, args.batch_size, args.minibatch_size):
-                mb_inds = torch.as_tensor(b_inds[start : start + args.minibatch_size], device=device)
+                mb_inds = epoch_inds[start : start + args.minibatch_size]
 
                 predict_next_state_feature, target_next_state_feature = rnd_model(normalise_frame(b_obs[mb_inds], update_stats))
                 forward_loss = F.mse_loss(predict_next_state_feature, target_next_state_feature.detach(), reduction="none").mean(-1)
@@ -802,7 +815,7 @@ def main(args):
             explained_var = torch.where(var_y > 0, 1 - (b_ext_returns - b_ext_values).var(unbiased=False) / var_y, torch.nan)
             losses = torch.stack([v_loss, ext_v_loss, int_v_loss, pg_loss, entropy_loss, approx_kl]).detach()
             finite = (torch.stack([torch.isfinite(p).all() for p in combined_parameters]).all()
-                      & torch.isfinite(losses).all() & torch.isfinite(sums).all())
+                      & torch.isfinite(losses).all() & torch.isfinite(sums).all() & torch.isfinite(kl_sum))
             read = torch.cat([losses, sums / minibatch_steps, torch.stack([
                 kl_sum / (args.kl_sample or args.batch_size), explained_var, curiosity_rewards.mean(), finite.float()])]).tolist()
         (v_loss, ext_v_loss, int_v_loss, pg_loss, entropy_loss, approx_kl, clipfrac, grad_norm, rnd_loss, kl, explained_var,

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import assert_bad_input, finish, read_values, run_copy, run_dirs, start_copy
+from conftest import assert_bad_input, finish, read_run, read_values, run_copy, run_dirs, start_copy
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--dynamics-batch", "64"]
 SCRIPTS = {
@@ -25,6 +25,13 @@ def run_ok(script, flags, workdir):
     result = run_copy(script, SCRIPTS[script] + flags, workdir, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result, read_values(run_dirs(workdir)[0])[0]
+
+
+def logged(run_dir, after=-1):
+    """{tag: [(step, value)]} of a run's events after global step `after` (charts/SPS, a timing, left out)."""
+    scalars, _ = read_run(run_dir)
+    pairs = {tag: [(e.step, e.value) for e in events if e.step > after] for tag, events in scalars.items() if tag != "charts/SPS"}
+    return {tag: p for tag, p in pairs.items() if p}
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -59,14 +66,21 @@ def test_same_seed_and_flags_log_the_same_values_on_cpu(uninterrupted):
 
 
 def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
-    script, ((run_dir, first), _) = uninterrupted
+    """Every event after the checkpoint (iteration 2, step 256), at the same steps, every tag: the same values."""
+    script, ((run_dir, _), _) = uninterrupted
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter_2.pt", "iter_4.pt", "iter_5.pt"]
-    result, resumed = run_ok(script, RESUMABLE + ["--resume", run_dir / "checkpoints" / "iter_2.pt"], tmp_path)
-    assert "resuming" in result.stdout and "fresh episodes" in result.stdout
-    assert len(resumed["losses/grad_norm"]) == 3  # iterations 3, 4, 5
-    for tag, values in resumed.items():
-        if tag != "charts/SPS":
-            assert values == first[tag][-len(values):], tag
+    result, _ = run_ok(script, RESUMABLE + ["--resume", run_dir / "checkpoints" / "iter_2.pt"], tmp_path)
+    assert "resuming" in result.stdout and "fresh episodes" in result.stdout and "flags changed" not in result.stdout
+    resumed = logged(run_dirs(tmp_path)[0])
+    assert [step for step, _ in resumed["losses/grad_norm"]] == [384, 512, 640]  # iterations 3, 4, 5
+    assert resumed == logged(run_dir, after=256)
+
+
+@pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_rnd"])
+def test_kl_sample_of_the_whole_batch_is_the_exact_kl(script, tmp_path):
+    kl = [run_ok(script, ["--total-timesteps", "128", "--dynamics-every", "0", *flags], tmp_path / str(i))[1]["losses/approx_kl"]
+          for i, flags in enumerate([[], ["--kl-sample", "128"]])]
+    assert kl[0] == pytest.approx(kl[1], rel=1e-5) and kl[0][0] > 0
 
 
 def test_resume_refuses_another_network_or_a_finished_run(uninterrupted, tmp_path):
@@ -79,35 +93,39 @@ def test_resume_refuses_another_network_or_a_finished_run(uninterrupted, tmp_pat
         assert_bad_input(result, tmp_path / str(i), text)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_sigterm_checkpoints_at_the_end_of_the_iteration_and_exits_75(script, tmp_path):
-    """The signal a launcher or Slurm sends, sent to a real run: it writes a checkpoint, says so, exits 75; the
-    checkpoint then resumes the run to its end."""
+@pytest.mark.parametrize("script, signum", [("ppo_atari_envpool", signal.SIGTERM), ("pqn_atari", signal.SIGUSR1),
+                                            ("ppo_rnd", signal.SIGTERM)])
+def test_a_signal_checkpoints_at_the_end_of_the_iteration_and_exits_75(script, signum, tmp_path):
+    """The signal a launcher (SIGTERM) or Slurm before a timeout (SIGUSR1) sends, sent to a real run: it writes a
+    checkpoint, says so, exits 75; the checkpoint then resumes the run to its end."""
     process = start_copy(script, SCRIPTS[script] + ["--total-timesteps", "12800", "--dynamics-every", "0"], tmp_path / "run")
     start = time.time()
     while not list((tmp_path / "run").glob("runs/*/events.out.tfevents.*")):
         assert time.time() - start < 120 and process.poll() is None, "the run did not start"
         time.sleep(0.2)
     time.sleep(2)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     result = finish(process, 300)
     assert result.returncode == 75, result.stderr[-3000:]
     (checkpoint,) = (run_dirs(tmp_path / "run")[0] / "checkpoints").iterdir()
     iteration = int(checkpoint.stem.split("_")[1])
-    assert 1 <= iteration < 100 and f"stopped by signal 15 after iteration {iteration}" in result.stdout
+    assert 1 <= iteration < 100 and f"stopped by signal {int(signum)} after iteration {iteration}" in result.stdout
     flags = ["--total-timesteps", str(128 * (iteration + 1)), "--dynamics-every", "0", "--resume", checkpoint]
     _, resumed = run_ok(script, flags, tmp_path / "resumed")
     assert len(resumed["losses/grad_norm"]) == 1
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_a_loss_that_is_not_finite_stops_the_run_naming_the_last_good_checkpoint(script, tmp_path):
-    """lr 1e30 sends the weights to ~1e30 in one Adam step: the next forward passes overflow to inf and nan."""
-    flags = SCRIPTS[script] + ["--total-timesteps", "640", "--dynamics-every", "0", "--learning-rate", "1e30",
-                               "--no-anneal-lr", "--save-every", "1"]
-    result = run_copy(script, flags, tmp_path, timeout=600)
-    assert result.returncode == 1, result.stderr[-3000:]
-    line = [l for l in result.stderr.splitlines() if "not finite" in l]
-    assert line and line[0].startswith(f"{script}.py: error: iteration 1: the loss or the parameters are not finite")
-    assert line[0].endswith("last good checkpoint: none")
-    assert not list(tmp_path.glob("runs/*/checkpoints/*.pt"))
+def test_a_loss_that_is_not_finite_stops_the_run_naming_the_last_good_checkpoint(uninterrupted, tmp_path):
+    """Resumed from iteration 2 at lr 1e30: one Adam step sends the weights to ~1e30, the next forward passes
+    overflow to inf and nan in iteration 3; from the start the same happens in iteration 1, with no checkpoint yet."""
+    script, ((run_dir, _), _) = uninterrupted
+    checkpoint = run_dir / "checkpoints" / "iter_2.pt"
+    flags = SCRIPTS[script] + RESUMABLE + ["--learning-rate", "1e30", "--no-anneal-lr", "--save-every", "1"]
+    for workdir, resume, iteration, last in [(tmp_path / "resumed", ["--resume", checkpoint], 3, str(checkpoint)),
+                                             (tmp_path / "fresh", [], 1, "none")]:
+        result = run_copy(script, flags + resume, workdir, timeout=600)
+        assert result.returncode == 1, result.stderr[-3000:]
+        line = [l for l in result.stderr.splitlines() if "not finite" in l]
+        assert line == [f"{script}.py: error: iteration {iteration}: the loss or the parameters are not finite (nan or inf); "
+                        f"last good checkpoint: {last}"]
+        assert not list(workdir.glob("runs/*/checkpoints/*.pt"))
