@@ -30,6 +30,10 @@ TINY = ["--num-steps", "16", "--num-minibatches", "2", "--dynamics-every", "4", 
 CARTPOLE = ["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "--seeds", "1"]
 CARTPOLE_FLAGS = ["--", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--eval-every", "0"]
 LONG = ["--iterations", "300", "--save-every", "10"]  # long enough to be interrupted between two checkpoints
+# a torch script that checkpoints when signalled, at CartPole's batch of 128 (4 envs x 32 steps)
+BREAKOUT = ["--script", "ppo_atari_envpool", "--env-ids", "Breakout-v5", "--seeds", "1"]
+BREAKOUT_FLAGS = ["--", "--num-envs", "4", "--num-steps", "32", "--dynamics-every", "0"]
+BREAKOUT_LONG = ["--iterations", "40", "--save-every", "5"]
 
 
 def names(tmp_path, argv, capsys):
@@ -238,20 +242,20 @@ def test_a_failed_run_is_retried_keeping_every_log_and_bad_input_is_not(tmp_path
 
 def wait_for_checkpoint(run_dir, process, timeout=300):
     start = time.time()
-    while not list(Path(run_dir).glob("runs/*/checkpoints/iter_*.npz")):
+    while not list(Path(run_dir).glob("runs/*/checkpoints/iter_*")):
         assert process.poll() is None and time.time() - start < timeout, "no checkpoint appeared"
         time.sleep(0.5)
     time.sleep(0.5)  # let a few more iterations be logged past it
 
 
-def assert_resumed(run_dir):
+def assert_resumed(run_dir, iterations=300):
     """Two TensorBoard runs (the killed attempt and the resumed one) that analyze merges into one clean curve."""
     done = json.loads((run_dir / "done.json").read_text())
     assert done["resumed_from"] and "checkpoints/iter_" in done["resumed_from"]
     assert len(list((run_dir / "runs").iterdir())) == 2 and (run_dir / "stdout.log.1").exists()
     merged, _ = analyze.read_run(run_dir, {"charts/SPS"})
     steps = merged[""]["charts/SPS"][0]
-    assert list(steps) == sorted(set(steps)) and steps[-1] == 300 * 128  # every iteration once, to the end
+    assert list(steps) == sorted(set(steps)) and steps[-1] == iterations * 128  # every iteration once, to the end
 
 
 def test_a_killed_run_resumes_from_its_checkpoint_on_retry(tmp_path):
@@ -271,10 +275,13 @@ def test_a_killed_run_resumes_from_its_checkpoint_on_retry(tmp_path):
     assert aggregate.runs.sum() == 1
 
 
-def test_slurm_preemption_requeues_and_resumes_through_submitit(tmp_path):
+@pytest.mark.parametrize("script, long, flags", [(CARTPOLE, LONG, CARTPOLE_FLAGS), (BREAKOUT, BREAKOUT_LONG, BREAKOUT_FLAGS)],
+                         ids=["jax", "torch"])
+def test_slurm_preemption_requeues_and_resumes_through_submitit(tmp_path, script, long, flags):
     """The signal Slurm sends a task before a timeout or preemption (USR2, submitit's), sent to a real submitit task:
-    it stops the run and requeues itself, and the requeued task resumes from the run's newest checkpoint."""
-    argv = [*CARTPOLE, *LONG, "--out-dir", str(tmp_path), "--dry-run", *CARTPOLE_FLAGS]
+    it stops the run and requeues itself, and the requeued task resumes from the run's newest checkpoint (the
+    torch script writes one when the task stops it with SIGTERM, and exits 75)."""
+    argv = [*script, *long, "--out-dir", str(tmp_path), "--dry-run", *flags]
     opts = launch.build_parser().parse_args(argv[:argv.index("--")])
     opts.store = str(tmp_path / "runs")
     (run,) = launch.expand(opts, launch.parse_grid(argv[argv.index("--") + 1:]))
@@ -284,14 +291,16 @@ def test_slurm_preemption_requeues_and_resumes_through_submitit(tmp_path):
     job = executor.submit(launch.SlurmTask(), run, opts.store, 0)
     run_dir = tmp_path / "runs" / run["name"]
     start = time.time()
-    while not list(run_dir.glob("runs/*/checkpoints/iter_*.npz")):
+    while not list(run_dir.glob("runs/*/checkpoints/iter_*")):
         assert time.time() - start < 300 and not job.done(), "no checkpoint appeared"
         time.sleep(0.5)
     time.sleep(0.5)
     (task,) = psutil.Process(job._process.pid).children()  # submitit's local controller runs the task as its child
     task.send_signal(signal.SIGUSR2)
     assert job.result() == "done"
-    assert_resumed(run_dir)
+    assert_resumed(run_dir, int(long[1]))
+    if script == BREAKOUT:  # stopped by SIGTERM, it checkpointed the iteration it was in and said so
+        assert "stopped by signal 15 after iteration" in (run_dir / "stdout.log.1").read_text()
 
 
 @pytest.fixture(scope="module")
