@@ -328,8 +328,9 @@ def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(tmp_path):
 def test_restore_checks_every_array_shape(ewma, cartpole_checkpoint):
     meta, leaves = ewma.read_checkpoint(cartpole_checkpoint)
     target = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
-    restored, iteration, step = ewma.restore_checkpoint(cartpole_checkpoint, target)
+    restored, iteration, step, seconds = ewma.restore_checkpoint(cartpole_checkpoint, target)
     assert (iteration, step) == (1, 32) and all(np.array_equal(a, b) for a, b in zip(restored, leaves))
+    assert seconds == meta["train_seconds"] > 0  # the training clock, carried on
     target[0] = jax.ShapeDtypeStruct((leaves[0].shape[0] + 1,) + leaves[0].shape[1:], leaves[0].dtype)
     with pytest.raises(ewma.BadFlag, match="does not match this network"):
         ewma.restore_checkpoint(cartpole_checkpoint, target)
