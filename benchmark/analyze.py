@@ -64,8 +64,8 @@ DEFAULT_TAG = {
     "ppo_atari_envpool": "charts/episodic_return", "pqn_atari": "charts/episodic_return", "ppo_rnd": "charts/episodic_return",
     "ppo_ewma_jax": "charts/solve_rate", "ppo_kinetix_sfl": "eval/solve_rate_sampled", "noisy_sgd": "charts/neg_distance",
 }
-STEP_UNIT = {"noisy_sgd": "gradient steps"}
-TRAIN_SECONDS = "charts/train_seconds"  # the training clock a script logs (ppo_kinetix_sfl), carried over resumptions  # what a script's logged step counts (default: environment steps)
+STEP_UNIT = {"noisy_sgd": "gradient steps"}  # what a script's logged step counts (default: environment steps)
+TRAIN_SECONDS = "charts/train_seconds"  # the training clock the JAX scripts log, carried over resumptions
 IQM_STATISTICS = ("iqm", "mean", "median", "optimality_gap")
 # Args fields never part of a config: the run's env and seed, and what cannot change results (launch.NON_IDENTITY)
 NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume"}
