@@ -52,6 +52,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -643,6 +644,21 @@ def main(argv=None):
     return summary(runs, outcome, opts)
 
 
+def main_each(path):
+    """`launch.py --each FILE`: each line of FILE a launcher command line (shell-quoted), run in turn in this one
+    process, each script imported once (a runner's DRY_RUN checks all its grids this way). Exit status 1 if one failed."""
+    failed = False
+    for line in Path(path).read_text().splitlines():
+        try:
+            failed |= bool(main(shlex.split(line)).get("failed"))
+        except SystemExit as e:  # fail() said why on stderr
+            print(f"launch.py: grid `{line.strip()}` exited {e.code} (continuing)", file=sys.stderr)
+            failed = True
+    return 1 if failed else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--each"] and len(sys.argv) == 3:
+        sys.exit(main_each(sys.argv[2]))
     counts = main()
     sys.exit(1 if counts.get("failed") else 0)

@@ -21,6 +21,7 @@ import scipy.stats
 import submitit
 
 from benchmark import analyze, launch
+from conftest import shared_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNERS = ROOT / "benchmark" / "runners"
@@ -32,8 +33,8 @@ CARTPOLE_FLAGS = ["--", "--num-envs", "4", "--num-steps", "32", "--num-minibatch
 LONG = ["--iterations", "300", "--save-every", "10"]  # long enough to be interrupted between two checkpoints
 # a torch script that checkpoints when signalled, at CartPole's batch of 128 (4 envs x 32 steps)
 BREAKOUT = ["--script", "ppo_atari_envpool", "--env-ids", "Breakout-v5", "--seeds", "1"]
-BREAKOUT_FLAGS = ["--", "--num-envs", "4", "--num-steps", "32", "--dynamics-every", "0"]
-BREAKOUT_LONG = ["--iterations", "40", "--save-every", "5"]
+BREAKOUT_FLAGS = ["--", "--num-envs", "4", "--num-steps", "32", "--update-epochs", "1", "--dynamics-every", "0"]
+BREAKOUT_LONG = ["--iterations", "20", "--save-every", "4"]
 
 
 def names(tmp_path, argv, capsys):
@@ -303,7 +304,7 @@ def test_slurm_preemption_requeues_and_resumes_through_submitit(tmp_path, script
         assert "stopped by signal 15 after iteration" in (run_dir / "stdout.log.1").read_text()
 
 
-@pytest.fixture(scope="module")
+@shared_runs(minutes=3)
 def grid(tmp_path_factory):
     """2 configs x 2 seeds of tiny PPO runs with 2 workers, launched twice."""
     out = tmp_path_factory.mktemp("grid")
@@ -421,7 +422,8 @@ def test_a_relaunch_leaves_queued_runs_to_their_slurm_job(tmp_path, capsys):
     """On a real Slurm: while the node is taken, a launch's runs wait in the queue; a second launch submits nothing
     and reports them queued (squeue); once they ran, a third finds them done."""
     cpus = subprocess.run(["sinfo", "--noheader", "--format", "%c"], capture_output=True, text=True).stdout.split()[0]
-    blocker = subprocess.run(["sbatch", "--parsable", "--cpus-per-task", cpus.rstrip("+"), "--wrap", "sleep 600"],
+    blocker = subprocess.run(["sbatch", "--parsable", "--cpus-per-task", cpus.rstrip("+"),
+                              "--output", str(tmp_path / "blocker.out"), "--wrap", "sleep 600"],
                              capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
     argv = ["--script", "noisy_sgd", "--iterations", "100", "--out-dir", str(tmp_path), "--slurm", "--no-wait",
             "--slurm-gpus", "0", "--slurm-cpus", "1", "--slurm-time", "10", "--", "--dim", "10", "20"]
@@ -460,7 +462,7 @@ RUNNER_GRIDS = {
 }
 
 
-@pytest.fixture(scope="module")
+@shared_runs(minutes=4)
 def dry_runs(tmp_path_factory):
     """Every runner's DRY_RUN output, two runners at a time (each launch imports its script: seconds)."""
     from concurrent.futures import ThreadPoolExecutor

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_bad_input, load_script, read_values, run_copy, run_dirs
+from conftest import assert_bad_input, load_script, read_values, run_copy, run_dirs, shared_runs
 
 SCRIPT = "ppo_ewma_jax"
 # a tiny locomotion config: size s, few morphologies, envs and steps; 4 iterations, checkpoints at 2 and 4
@@ -259,7 +259,7 @@ def run_script(args, workdir):
     return run_copy(SCRIPT, args, workdir, timeout=900)
 
 
-@pytest.fixture(scope="module")
+@shared_runs(minutes=1)
 def cartpole_tracked(tmp_path_factory):
     """A tiny CartPole run with wandb (offline) and a checkpoint after each of its 2 iterations."""
     workdir = tmp_path_factory.mktemp("cartpole_ckpt")
@@ -364,7 +364,7 @@ def test_ppo_ewma_learns_at_table_2_structure_with_a_com_near_ppos_lag(tmp_path)
     assert best_10_iteration_return(tmp_path) >= 400, f"best 10-iteration mean return {best_10_iteration_return(tmp_path):.1f}"
 
 
-@pytest.fixture(scope="module")
+@shared_runs(minutes=2)
 def locomotion_run(tmp_path_factory):
     """PPO-EWMA on tiny locomotion from a copy of the script: 4 iterations, evaluation and checkpoints every 2."""
     workdir = tmp_path_factory.mktemp("locomotion")

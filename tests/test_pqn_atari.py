@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_bad_input, load_script, run_copy, run_ok
+from conftest import assert_bad_input, load_script, run_copy, run_ok, shared_runs
 
 SCRIPT = "pqn_atari"
 TINY = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "512", "--dynamics-every", "2",
@@ -121,7 +121,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, flag)
 
 
-@pytest.fixture(scope="module")
+@shared_runs(minutes=0.5)
 def tiny_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("pqn")
     return (workdir, *run_ok(SCRIPT, TINY + ["--track", "--save-model", "--eval-episodes", "2"], workdir))

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import assert_bad_input, finish, read_run, read_values, run_copy, run_dirs, start_copy
+from conftest import assert_bad_input, finish, read_run, read_values, run_copy, run_dirs, shared_runs, start_copy
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--dynamics-batch", "64"]
 SCRIPTS = {
@@ -46,7 +46,7 @@ def test_gradient_kurtosis_is_of_the_raw_gradient_whatever_the_clip(script, tmp_
     assert kurtosis["1000"] == kurtosis["0.0001"] and len(kurtosis["1000"]) == 1
 
 
-@pytest.fixture(scope="module", params=list(SCRIPTS))
+@shared_runs(minutes=2, params=list(SCRIPTS))
 def uninterrupted(request, tmp_path_factory):
     """5 iterations that restart their envs after iteration 2, as a run resumed from iteration 2 does; run twice."""
     runs = []

@@ -16,7 +16,16 @@ OUT_DIR="${OUT_DIR:-grids/$(basename "$0" .sh)}"
 RUN_STORE="${RUN_STORE:-$(dirname "$OUT_DIR")/store}"
 ATARI10="Amidar-v5 Bowling-v5 Frostbite-v5 KungFuMaster-v5 Riverraid-v5 BattleZone-v5 DoubleDunk-v5 NameThisGame-v5 Phoenix-v5 Qbert-v5"
 FAILED=0
-trap 'rc=$?; exit $(( rc ? rc : FAILED ))' EXIT  # a crash keeps its status; else 1 if a grid failed
+DRY_RUN_GRIDS=""  # DRY_RUN: the grids' launcher command lines, checked at the end in one launcher process
+finish() {
+    local rc=$?
+    if [[ -n "$DRY_RUN_GRIDS" ]]; then
+        "$PY" "$ROOT/benchmark/launch.py" --each "$DRY_RUN_GRIDS" || FAILED=1
+        rm -f "$DRY_RUN_GRIDS"
+    fi
+    exit $(( rc ? rc : FAILED ))  # a crash keeps its status; else 1 if a grid failed
+}
+trap finish EXIT
 
 # SMOKE's tiny SFL config (Kinetix size s, MLP, one epoch, short rollouts, a small evaluation); SFL_TINY8
 # adds 8 envs, 2 minibatches, 16 candidates and a buffer of 4
@@ -46,9 +55,15 @@ launch() {
     [[ "${ANALYZE_ONLY:-0}" == 1 ]] && return 0
     local wait=""
     on_slurm && [[ "${WAIT:-0}" != 1 ]] && wait="--no-wait"
+    if dry_run; then  # each script is imported once, at the end: seconds, not seconds per grid
+        [[ -n "$DRY_RUN_GRIDS" ]] || DRY_RUN_GRIDS="$(mktemp)"
+        # shellcheck disable=SC2086
+        printf '%q ' --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait --dry-run "$@" >> "$DRY_RUN_GRIDS"
+        echo >> "$DRY_RUN_GRIDS"
+        return 0
+    fi
     # shellcheck disable=SC2086
-    "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait \
-        $(dry_run && echo --dry-run) "$@" || { echo "runner: grid $name: launch exited $? (continuing)" >&2; FAILED=1; }
+    "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait "$@" || { echo "runner: grid $name: launch exited $? (continuing)" >&2; FAILED=1; }
 }
 
 # checkpoint_of <grid name> <launcher flags...> -- <grid flags...>: the newest checkpoint of each run of that grid (or -)

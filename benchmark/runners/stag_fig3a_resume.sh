@@ -14,8 +14,12 @@ fi
 for start in $STARTS; do
     WAIT=1 launch "plateau_$start" --script ppo_ewma_jax --seeds $SEEDS --iterations $PLATEAU --save-every $PLATEAU \
         -- "${ENV[@]}" --ewma-com "$start"
+    # each seed's newest checkpoint, one line per seed in the order of $SEEDS (the launcher's run order)
+    mapfile -t ckpts < <(checkpoint_of "plateau_$start" --script ppo_ewma_jax --seeds $SEEDS --iterations $PLATEAU -- \
+        "${ENV[@]}" --ewma-com "$start")
+    i=0
     for seed in $SEEDS; do
-        ckpt=$(checkpoint_of "plateau_$start" --script ppo_ewma_jax --seeds "$seed" --iterations $PLATEAU -- "${ENV[@]}" --ewma-com "$start")
+        ckpt="${ckpts[i++]:-}"
         if [[ "$ckpt" == - || -z "$ckpt" ]]; then
             dry_run && echo "(after plateau_$start) resume seed $seed with --ewma-com $COMS from its checkpoint" && continue
             echo "runner: no checkpoint of the plateau_$start run of seed $seed; its resumes are skipped" >&2; FAILED=1; continue
