@@ -31,8 +31,8 @@ def assert_bad_input(result, workdir, text):
 
 @pytest.fixture(scope="session", autouse=True)
 def jax_compilation_cache(tmp_path_factory):
-    """JAX scripts run as subprocesses share compiled programs through JAX's persistent cache, one for every
-    pytest-xdist worker (a size limit turns on the cache's file lock: two workers may write one program)."""
+    """JAX scripts run as subprocesses share compiled programs through JAX's persistent cache, one for both
+    pytest-xdist workers (a size limit turns on the cache's file lock: two workers may write one program)."""
     root = tmp_path_factory.getbasetemp()
     root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root  # the workers' common temporary directory
     (root / "jax_cache").mkdir(exist_ok=True)
@@ -41,29 +41,24 @@ def jax_compilation_cache(tmp_path_factory):
 
 
 def shared_runs(minutes, **kwargs):
-    """A module fixture that trains: real runs that several tests then read. pytest.ini runs the suite on 2
-    pytest-xdist workers; the tests that use one such fixture form one xdist group (the runs happen once, on one
-    worker), and the groups that take longest (`minutes` here, on 2 idle cores) are handed out first."""
+    """A module fixture that trains: real runs that several tests of its file then read. pytest.ini runs the suite
+    on 2 pytest-xdist workers, a test file at a time on one worker (--dist loadfile: a module's runs happen once);
+    the files whose runs take longest (`minutes`, on 2 idle cores) are handed out first."""
     def decorate(func):
         func.shared_runs_minutes = minutes
         return pytest.fixture(scope="module", **kwargs)(func)
     return decorate
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Group the tests of each `shared_runs` fixture (the costliest one a test uses) and put the longest groups first
-    (pytest.ini: --dist loadgroup --no-loadscope-reorder keeps this order)."""
+    """The files with the longest `shared_runs` first (pytest.ini's --no-loadscope-reorder keeps this order); within
+    a file, and among the rest, the order stays."""
     minutes = {}
     for item in items:
-        shared = [(getattr(defs[-1].func, "shared_runs_minutes"), name)
-                  for name, defs in item._fixtureinfo.name2fixturedefs.items()
-                  if hasattr(defs[-1].func, "shared_runs_minutes")]
-        if shared:
-            cost, name = max(shared)
-            item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{name}"))
-            minutes[item.nodeid] = cost
-    items.sort(key=lambda item: -minutes.get(item.nodeid, 0))  # stable: the file order within a group and elsewhere
+        for defs in item._fixtureinfo.name2fixturedefs.values():
+            cost = getattr(defs[-1].func, "shared_runs_minutes", 0)
+            minutes[item.path] = max(minutes.get(item.path, 0), cost)
+    items.sort(key=lambda item: -minutes[item.path])
 
 
 def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):

@@ -2,7 +2,6 @@
 before anything runs, locking under two launchers at once, retries that keep logs and resume from checkpoints
 (after a kill, and after a Slurm-style preemption through submitit), the statistics against rliable and by hand,
 missing runs, noisy_sgd's sub-runs, per-config curves, the runners' grids and a SMOKE runner end to end."""
-import csv
 import json
 import os
 import re

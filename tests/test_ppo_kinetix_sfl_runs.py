@@ -1,0 +1,125 @@
+"""ppo_kinetix_sfl.py end to end on real Kinetix levels, from a copy of the script: tiny runs with both models,
+exact resumption from a checkpoint, and the same training on 2 processes x 2 forced host devices joined by
+jax.distributed (4 devices: the batch, the level filter and the SFL buffer split across devices and across
+processes) as on one device. The longest file of the suite: pytest.ini's workers start it first."""
+import numpy as np
+import pytest
+
+from conftest import assert_bad_input, finish_ok, load_script, read_values, run_copy, run_dirs, run_ok, shared_runs, start_copy
+
+SCRIPT = "ppo_kinetix_sfl"
+# M = 2T minibatches (envs dealt into 2 groups), Kinetix's level filter in pools of 1 (4 devices hold 1 fresh level each)
+TINY = ["--model", "mlp", "--env-size", "s", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "32",
+        "--update-epochs", "1", "--sfl-num-candidates", "16", "--sfl-update-period", "2", "--sfl-buffer-size", "4",
+        "--sfl-rollout-length", "16", "--num-eval-levels", "8", "--eval-num-attempts", "2", "--level-filter-pool", "1",
+        "--total-timesteps", "384"]
+EVERY_UPDATE = ["losses/approx_kl", "charts/ddr", "losses/policy_loss", "losses/value_loss", "losses/entropy",
+                "losses/clipfrac", "losses/imp_samp_clipfrac", "losses/grad_norm", "charts/SPS", "charts/learning_rate",
+                "charts/train_seconds"]
+TRAINING = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/grad_norm", "charts/episodic_return"]
+# size s: 4 motors of 3 categories and 2 thrusters of 2; a fresh policy (output scale 0.01) is near uniform
+UNIFORM_ENTROPY = 4 * np.log(3) + 2 * np.log(2)
+
+
+@shared_runs(minutes=20)
+def runs(tmp_path_factory):
+    """Two tiny runs started together: compiling is mostly single-threaded and this CPU has 2 cores."""
+    configs = {
+        "mlp": TINY + ["--eval-every", "2", "--save-every", "1"],
+        "transformer": TINY[2:] + ["--model", "transformer", "--eval-every", "3", "--track", "--ewma-com", "4",
+                                   "--no-filter-levels"],
+    }
+    dirs = {name: tmp_path_factory.mktemp(name) for name in configs}
+    started = {name: start_copy(SCRIPT, argv, dirs[name]) for name, argv in configs.items()}
+    # two Kinetix compiles sharing 2 cores: about 10 min here
+    return {name: (finish_ok(process, dirs[name], timeout=2400), dirs[name]) for name, process in started.items()}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(runs):
+    return runs["mlp"][0]
+
+
+def assert_logs_every_tag(result, scalars, model):
+    assert f"PPO + SFL ({model}) on 1 device(s)" in result.stdout
+    assert all(len(scalars[tag]) == 3 for tag in EVERY_UPDATE)  # 384 // (8 * 16) updates
+    assert len(scalars["sfl/mean_learnability"]) == 2  # before updates 1 and 3 (T = 2)
+    assert all(0 <= v <= 0.25 for v in scalars["sfl/mean_learnability"])
+    assert all(0 <= v <= 1 for v in scalars["sfl/buffer_solve_rate"])
+    assert all(0 <= v <= 1 for v in scalars["eval/solve_rate_sampled"] + scalars["eval/solve_rate_handmade"])
+    handmade = [tag for tag in scalars if tag.startswith("eval_handmade/")]
+    assert len(handmade) == 10  # Kinetix ships 10 hand-designed levels of size s
+    # 2 attempts per level: a level's solve rate is 0, 1/2 or 1; over the 8 sampled levels, a multiple of 1/16
+    assert all(v in (0.0, 0.5, 1.0) for tag in handmade for v in scalars[tag])
+    assert all(abs(v * 16 - round(v * 16)) < 1e-5 for v in scalars["eval/solve_rate_sampled"])
+    np.testing.assert_allclose(np.mean([scalars[t] for t in handmade], axis=0), scalars["eval/solve_rate_handmade"], rtol=1e-6)
+    np.testing.assert_allclose(scalars["charts/ddr"], [128 / kl for kl in scalars["losses/approx_kl"]], rtol=1e-4)
+    np.testing.assert_allclose(scalars["losses/entropy"][0], UNIFORM_ENTROPY, atol=2e-3)
+
+
+def test_tiny_mlp_run_logs_every_tag(tiny_run):
+    _, result, scalars, _ = tiny_run
+    assert_logs_every_tag(result, scalars, "mlp")
+    assert len(scalars["eval/solve_rate_sampled"]) == 2  # after updates 2 and 3
+
+
+def test_tiny_transformer_run_logs_every_tag_and_tracks_to_wandb(runs):
+    (_, result, scalars, _), workdir = runs["transformer"]
+    assert_logs_every_tag(result, scalars, "transformer")
+    assert len(scalars["eval/solve_rate_sampled"]) == 1
+    assert "PPO-EWMA COM 4 against 32 minibatch steps per update" in result.stdout and "unfiltered" in result.stdout
+    assert len(scalars["losses/prox_kl"]) == 3 and all(v > 0 for v in scalars["losses/prox_kl"])
+    assert len(list((workdir / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
+
+
+def test_resume_continues_exactly(tiny_run, tmp_path):
+    run_dir, _, first, _ = tiny_run
+    checkpoint = run_dir / "checkpoints" / "iter_1.npz"
+    _, result, resumed, _ = run_ok(SCRIPT, TINY + ["--eval-every", "2", "--resume", checkpoint], tmp_path, timeout=1800)
+    assert "resuming" in result.stdout
+    assert resumed["losses/policy_loss"] and len(resumed["losses/policy_loss"]) == 2  # updates 2 and 3
+    for tag, values in resumed.items():
+        if tag not in ("charts/SPS", "charts/train_seconds"):
+            np.testing.assert_allclose(values, first[tag][-len(values):], rtol=1e-6, atol=1e-9, err_msg=tag)
+    # the training clock (Fig. 16b's x) goes on from the checkpoint's
+    assert resumed["charts/train_seconds"][0] > load_script(SCRIPT).read_checkpoint(checkpoint)[0]["train_seconds"] > 0
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["--model", "transformer"], "was saved with --model mlp"),
+    (["--total-timesteps", "128"], "is at update 1, not before the last (1)"),
+])
+def test_resume_refuses_another_network_or_a_finished_run(tiny_run, tmp_path, argv, text):
+    checkpoint = tiny_run[0] / "checkpoints" / "iter_1.npz"
+    result = run_copy(SCRIPT, TINY + ["--resume", checkpoint] + argv, tmp_path, timeout=120)
+    assert_bad_input(result, tmp_path, text)
+
+
+def assert_trains_alike(many, one):
+    """Same global batch and seed: the same training up to float summation order (and the same episodes end)."""
+    assert {t for t in many if not t.startswith("eval")} == {t for t in one if not t.startswith("eval")}
+    for tag in TRAINING + ["sfl/mean_learnability"]:
+        if tag in one:  # no episode may end in a tiny rollout on filtered levels
+            np.testing.assert_allclose(many[tag], one[tag], rtol=1e-3, atol=1e-6, err_msg=tag)
+    np.testing.assert_allclose(many["losses/approx_kl"], one["losses/approx_kl"], rtol=2e-2, atol=1e-7)
+
+
+def test_two_processes_of_two_devices_train_like_one(tiny_run, tmp_path, monkeypatch):
+    """One run as 2 tasks of a job (benchmark/launch.py --slurm-tasks-per-node 2, through submitit's local executor):
+    jax.distributed over 2 processes (gloo collectives on CPU), task 0 the coordinator; only process 0 writes anything."""
+    from benchmark import launch
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    counts = launch.main(["--script", SCRIPT, "--out-dir", str(tmp_path), "--slurm", "--slurm-cluster", "local",
+                          "--slurm-tasks-per-node", "2", "--slurm-time", "30", "--", *TINY, "--eval-every", "2"])
+    (run,) = (tmp_path / "runs").iterdir()
+    logs = [(run / name).read_text() for name in ("stdout.log", "stdout.task1.log")]
+    assert counts["done"] == 1, logs[0][-3000:] + logs[1][-3000:]
+    assert "--distributed --coordinator-address" in logs[0] and "on 4 device(s) in 2 process(es)" in logs[0]
+    assert "PPO + SFL" not in logs[1]
+    (tb_run,) = run_dirs(run)
+    two, _ = read_values(tb_run)
+    _, _, one, _ = tiny_run
+    assert_trains_alike(two, one)
+    # evaluation runs on every process too (chaotic physics on another per-device batch may flip an outcome)
+    assert len(two["eval/solve_rate_sampled"]) == len(two["eval/solve_rate_handmade"]) == 2
