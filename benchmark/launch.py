@@ -59,6 +59,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -644,15 +645,21 @@ def main(argv=None):
     return summary(runs, outcome, opts)
 
 
-def main_each(path):
-    """`launch.py --each FILE`: each line of FILE a launcher command line (shell-quoted), run in turn in this one
-    process, each script imported once (a runner's DRY_RUN checks all its grids this way). Exit status 1 if one failed."""
+def main_each(folder):
+    """`launch.py --each DIR`: each file of DIR, in name order, one launcher command (its arguments NUL-terminated,
+    as bash's `printf '%s\\0'` writes them), run in turn in this one process, each script imported once (a runner's
+    DRY_RUN checks all its grids this way). Every command runs whatever the others did; exit status 1 if one failed."""
     failed = False
-    for line in Path(path).read_text().splitlines():
+    for path in sorted(Path(folder).iterdir()):
+        argv = [os.fsdecode(arg) for arg in path.read_bytes().split(b"\0")[:-1]]
         try:
-            failed |= bool(main(shlex.split(line)).get("failed"))
+            failed |= bool(main(argv).get("failed"))
         except SystemExit as e:  # fail() said why on stderr
-            print(f"launch.py: grid `{line.strip()}` exited {e.code} (continuing)", file=sys.stderr)
+            print(f"launch.py: grid `{shlex.join(argv)}` exited {e.code} (continuing)", file=sys.stderr)
+            failed = True
+        except Exception:  # a bug: its traceback, and the next grid
+            traceback.print_exc()
+            print(f"launch.py: grid `{shlex.join(argv)}` raised (continuing)", file=sys.stderr)
             failed = True
     return 1 if failed else 0
 

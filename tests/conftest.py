@@ -35,9 +35,10 @@ def jax_compilation_cache(tmp_path_factory):
     pytest-xdist workers (a size limit turns on the cache's file lock: two workers may write one program)."""
     root = tmp_path_factory.getbasetemp()
     root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root  # the workers' common temporary directory
-    (root / "jax_cache").mkdir(exist_ok=True)
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(root / "jax_cache"))
-    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(16 * 2**30))
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # a cache of one's own is left as it is
+        (root / "jax_cache").mkdir(exist_ok=True)
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = str(root / "jax_cache")
+        os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(16 * 2**30)
 
 
 def shared_runs(minutes, **kwargs):

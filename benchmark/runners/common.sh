@@ -16,12 +16,12 @@ OUT_DIR="${OUT_DIR:-grids/$(basename "$0" .sh)}"
 RUN_STORE="${RUN_STORE:-$(dirname "$OUT_DIR")/store}"
 ATARI10="Amidar-v5 Bowling-v5 Frostbite-v5 KungFuMaster-v5 Riverraid-v5 BattleZone-v5 DoubleDunk-v5 NameThisGame-v5 Phoenix-v5 Qbert-v5"
 FAILED=0
-DRY_RUN_GRIDS=""  # DRY_RUN: the grids' launcher command lines, checked at the end in one launcher process
+DRY_RUN_GRIDS=""  # DRY_RUN: a folder of the grids' launcher commands, checked at the end in one launcher process
 finish() {
     local rc=$?
     if [[ -n "$DRY_RUN_GRIDS" ]]; then
         "$PY" "$ROOT/benchmark/launch.py" --each "$DRY_RUN_GRIDS" || FAILED=1
-        rm -f "$DRY_RUN_GRIDS"
+        rm -rf "$DRY_RUN_GRIDS"
     fi
     exit $(( rc ? rc : FAILED ))  # a crash keeps its status; else 1 if a grid failed
 }
@@ -56,10 +56,11 @@ launch() {
     local wait=""
     on_slurm && [[ "${WAIT:-0}" != 1 ]] && wait="--no-wait"
     if dry_run; then  # each script is imported once, at the end: seconds, not seconds per grid
-        [[ -n "$DRY_RUN_GRIDS" ]] || DRY_RUN_GRIDS="$(mktemp)"
+        [[ -n "$DRY_RUN_GRIDS" ]] || DRY_RUN_GRIDS="$(mktemp -d)"
+        local n; n=$(find "$DRY_RUN_GRIDS" -type f | wc -l)
         # shellcheck disable=SC2086
-        printf '%q ' --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait --dry-run "$@" >> "$DRY_RUN_GRIDS"
-        echo >> "$DRY_RUN_GRIDS"
+        printf '%s\0' --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait --dry-run "$@" \
+            > "$DRY_RUN_GRIDS/$(printf '%06d' "$n")"
         return 0
     fi
     # shellcheck disable=SC2086
