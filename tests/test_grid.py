@@ -505,6 +505,9 @@ def test_smoke_runner_runs_its_grid_and_analysis(tmp_path):
     # a failed launch does not stop a runner: it goes on and exits 1
     bad = run_runner("noisy_sgd.sh", tmp_path, SMOKE="1", LAUNCH_FLAGS="--workers 0")
     assert bad.returncode == 1 and bad.stderr.count("launch exited 2") == 2
+    # nor in a DRY_RUN, whose grids one launcher process checks at the end (launch.py --each)
+    bad = run_runner("noisy_sgd.sh", tmp_path, DRY_RUN="1", LAUNCH_FLAGS="--workers 0")
+    assert bad.returncode == 1 and bad.stderr.count("exited 2 (continuing)") == 2, bad.stderr
 
 
 def test_grid_of_a_jax_script(tmp_path):

@@ -16,7 +16,7 @@ OUT_DIR="${OUT_DIR:-grids/$(basename "$0" .sh)}"
 RUN_STORE="${RUN_STORE:-$(dirname "$OUT_DIR")/store}"
 ATARI10="Amidar-v5 Bowling-v5 Frostbite-v5 KungFuMaster-v5 Riverraid-v5 BattleZone-v5 DoubleDunk-v5 NameThisGame-v5 Phoenix-v5 Qbert-v5"
 FAILED=0
-DRY_RUN_GRIDS=""  # DRY_RUN: a folder of the grids' launcher commands, checked at the end in one launcher process
+DRY_RUN_GRIDS=""; DRY_RUN_COUNT=0  # DRY_RUN: a folder of the grids' launcher commands, checked at the end in one process
 finish() {
     local rc=$?
     if [[ -n "$DRY_RUN_GRIDS" ]]; then
@@ -57,14 +57,15 @@ launch() {
     on_slurm && [[ "${WAIT:-0}" != 1 ]] && wait="--no-wait"
     if dry_run; then  # each script is imported once, at the end: seconds, not seconds per grid
         [[ -n "$DRY_RUN_GRIDS" ]] || DRY_RUN_GRIDS="$(mktemp -d)"
-        local n; n=$(find "$DRY_RUN_GRIDS" -type f | wc -l)
+        DRY_RUN_COUNT=$((DRY_RUN_COUNT + 1))
         # shellcheck disable=SC2086
         printf '%s\0' --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait --dry-run "$@" \
-            > "$DRY_RUN_GRIDS/$(printf '%06d' "$n")"
+            > "$DRY_RUN_GRIDS/$(printf '%06d' "$DRY_RUN_COUNT")"
         return 0
     fi
     # shellcheck disable=SC2086
-    "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait "$@" || { echo "runner: grid $name: launch exited $? (continuing)" >&2; FAILED=1; }
+    "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait "$@" \
+        || { echo "runner: grid $name: launch exited $? (continuing)" >&2; FAILED=1; }
 }
 
 # checkpoint_of <grid name> <launcher flags...> -- <grid flags...>: the newest checkpoint of each run of that grid (or -)
