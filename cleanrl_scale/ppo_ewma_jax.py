@@ -12,7 +12,10 @@
   locomotion distribution, Table 2's hyper-parameters, `charts/solve_rate` over all morphologies;
   any discrete-action gymnax env (e.g. CartPole-v1) for quick checks;
 - the scaling recipes of §5 / App. D; checkpoints that can be resumed with a new COM or clip
-  epsilon (Fig. 3a).
+  epsilon (Fig. 3a);
+- the learning-dynamics metrics of the data-collection paper (App. B: feature rank, dormant %, weight
+  norm, gradient kurtosis, ESS, policy variance), defined and tagged as in the torch scripts and
+  computed inside the jitted update on a sample of the batch every --dynamics-every iterations.
 PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches; the host loop
 between iterations only logs, evaluates and checkpoints.
 """
@@ -125,6 +128,14 @@ class Args:
     hybrid_minibatch_factor: int = 0
     """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
 
+    # Learning-dynamics metrics (data-collection paper App. B), as the torch scripts compute them
+    dynamics_every: int = 10
+    """compute the dynamics/ metrics at the first iteration and every this many iterations (0 disables them)"""
+    dynamics_batch: int = 1024
+    """number of states of the current batch the dynamics/ metrics are computed on"""
+    dormant_tau: float = 0.025
+    """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+
     # Checkpoints
     save_every: int = 0
     """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0 = never)"""
@@ -184,10 +195,11 @@ def read_checkpoint(path):
 
 def resolve_args(args):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "num_morphologies", "hidden_size", "num_layers"):
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "num_morphologies", "hidden_size", "num_layers",
+                 "dynamics_batch"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "eval_every", "save_every"):
+    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for field in fields(args):  # inf and nan break every rule below without failing a comparison
@@ -203,7 +215,7 @@ def resolve_args(args):
         raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
     if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
         raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
-    for flag in ("ent_coef", "vf_coef"):
+    for flag in ("ent_coef", "vf_coef", "dormant_tau"):
         if not getattr(args, flag) >= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("gamma", "gae_lambda"):
@@ -337,10 +349,14 @@ class MLP(nn.Module):
     out_scale: float
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, with_hidden=False):
+        """The output; with_hidden: (output, [the activations of every hidden layer])."""
+        hidden = []
         for _ in range(self.num_layers):
             x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
-        return nn.Dense(self.out, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0))(x)
+            hidden.append(x)
+        out = nn.Dense(self.out, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0))(x)
+        return (out, hidden) if with_hidden else out
 
 
 def action_mask(action_dims):
@@ -365,6 +381,53 @@ def entropy(logp):
 def kl_divergence(logp_p, logp_q):
     """Exact KL(p || q) of two multi-categorical policies."""
     return (jnp.exp(logp_p) * (logp_p - logp_q)).sum((-2, -1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning-dynamics metrics, data-collection paper App. B (formulas restored in SPEC.md); the same definitions as
+# the torch scripts' (ppo_atari_envpool.py), in float32 inside the jitted update
+# ---------------------------------------------------------------------------------------------
+def feature_rank(features, threshold=0.99):
+    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
+    sv = jnp.linalg.svd(features - features.mean(axis=0, keepdims=True), compute_uv=False)
+    energy = jnp.cumsum(sv**2)
+    return jnp.where(energy[-1] > 0, jnp.searchsorted(energy, threshold * energy[-1]) + 1, 0)
+
+
+def dormant_percentage(activations, tau):
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all hidden layers."""
+    dormant, total = 0, 0
+    for h in activations:  # (batch, units)
+        score = jnp.abs(h).mean(axis=0)
+        score = score / (score.mean() + 1e-9)
+        dormant += (score <= tau).sum()
+        total += score.size
+    return 100.0 * dormant / total
+
+
+def weight_norm(params):
+    """B.3: sqrt of the sum of squared Frobenius norms of the weight matrices (flax `kernel`s; biases excluded)."""
+    kernels = [x for path, x in jax.tree_util.tree_leaves_with_path(params) if path[-1].key == "kernel"]
+    return jnp.sqrt(sum((k**2).sum() for k in kernels))
+
+
+def grad_kurtosis(grads):
+    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
+    g = jnp.log(jnp.abs(jnp.concatenate([x.ravel() for x in jax.tree.leaves(grads)])) + 1e-8)
+    centred = g - g.mean()
+    return (centred**4).mean() / (centred**2).mean() ** 2
+
+
+def ess_percentage(ratios):
+    """B.5 (Martino et al., 2017): 100 * ESS / N with ESS = 1 / sum_i w_i^2, w = r / sum r."""
+    w = ratios / ratios.sum()
+    return 100.0 / (w**2).sum() / ratios.size
+
+
+def policy_variance(logp, mask):
+    """B.6: mean over actions of the variance across states of pi(a|s); logp is (states, D, K), each of the D
+    action dimensions' existing categories an action (for one dimension: the torch scripts' definition)."""
+    return (jnp.exp(logp).var(axis=0) * mask).sum() / mask.sum()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,7 +565,36 @@ def make_train(args, env):
         loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
         return loss, (pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac)
 
-    def update(runner, levels):
+    def minibatch_grads(params, prox_params, minibatch):
+        """(gradient of the loss on one minibatch, the loss's statistics); the advantages are normalised here."""
+        mb, mb_advantages, mb_targets = minibatch
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        prox_logprob = log_prob(policy(prox_params, mb.obs), mb.action) if ewma else mb.logprob
+        (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets)
+        return grads, aux
+
+    def dynamics_metrics(params, first_grads, batch, rng):
+        """App. B's metrics after the update on a sample of --dynamics-batch states of the batch (the torch scripts'
+        `dynamics_metrics`), and the kurtosis of the first minibatch's raw gradient (before clipping)."""
+        obs, action, behav_logprob = batch.obs, batch.action, batch.logprob
+        sample = jax.random.permutation(rng, args.batch_size)[: min(args.dynamics_batch, args.batch_size)]
+        logits, actor_hidden = actor.apply(params["actor"], obs[sample], True)
+        _, critic_hidden = critic.apply(params["critic"], obs[sample], True)
+        logp = log_policy(logits, mask)
+        return {
+            "dynamics/weight_norm": weight_norm(params),
+            "dynamics/feature_rank": feature_rank(actor_hidden[-1]).astype(jnp.float32),
+            "dynamics/dormant_pct": dormant_percentage(actor_hidden, args.dormant_tau),
+            "dynamics/feature_rank_critic": feature_rank(critic_hidden[-1]).astype(jnp.float32),
+            "dynamics/dormant_pct_critic": dormant_percentage(critic_hidden, args.dormant_tau),
+            "dynamics/policy_variance": policy_variance(logp, mask),
+            "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(logp, action[sample]) - behav_logprob[sample])),
+            "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
+        }
+
+    def update(runner, levels, measure=False):
+        """One iteration: rollout, GAE, epochs x minibatches; `measure` (a traced bool) adds the dynamics/ metrics."""
         start_params = runner.params
 
         def env_step(runner, _):
@@ -529,11 +621,7 @@ def make_train(args, env):
 
         def update_minibatch(carry, minibatch):
             params, opt_state, prox_params, ewma_weight = carry
-            mb, mb_advantages, mb_targets = minibatch
-            if args.norm_adv:
-                mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-            prox_logprob = log_prob(policy(prox_params, mb.obs), mb.action) if ewma else mb.logprob
-            (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets)
+            grads, aux = minibatch_grads(params, prox_params, minibatch)
             updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             if ewma:
@@ -554,10 +642,19 @@ def make_train(args, env):
             return jax.lax.scan(update_minibatch, carry, minibatches)
 
         rng, k_epochs = jax.random.split(runner.rng)
+        epoch_keys = jax.random.split(k_epochs, args.update_epochs)
         (params, opt_state, prox_params, ewma_weight), losses = jax.lax.scan(
-            update_epoch, (runner.params, runner.opt_state, runner.prox_params, runner.ewma_weight),
-            jax.random.split(k_epochs, args.update_epochs)
+            update_epoch, (runner.params, runner.opt_state, runner.prox_params, runner.ewma_weight), epoch_keys
         )
+
+        def measured(_):
+            # the first minibatch of the first epoch, as update_epoch draws it, at the parameters it saw: its raw gradient
+            first = jax.random.permutation(epoch_keys[0], args.batch_size)[: args.minibatch_size]
+            first_grads, _ = minibatch_grads(start_params, runner.prox_params, jax.tree.map(lambda x: x[first], batch))
+            return dynamics_metrics(params, first_grads, batch[0], jax.random.fold_in(k_epochs, args.update_epochs))
+
+        shapes = jax.eval_shape(measured, None)
+        dynamics = jax.lax.cond(measure, measured, lambda _: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), None)
         runner = runner._replace(params=params, opt_state=opt_state, prox_params=prox_params, ewma_weight=ewma_weight, rng=rng)
 
         # KL(behaviour || updated policy) on the whole batch after the last epoch, exact for categoricals;
@@ -592,7 +689,7 @@ def make_train(args, env):
         }
         if ewma:
             metrics["losses/prox_kl"] = prox_kl_sums.sum() / args.batch_size
-        return runner, metrics
+        return runner, {**metrics, **dynamics}
 
     def evaluate(params, levels, rng):
         """Share of the morphologies whose first episode, from its start, reaches the goal (actions sampled)."""
@@ -688,8 +785,11 @@ def main(args):
                     unit_scale=True, dynamic_ncols=True)
     start_time, start_step = time.time(), global_step
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
-        runner, metrics = update(runner, levels)
+        measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
+        runner, metrics = update(runner, levels, jnp.asarray(measure))
         metrics = jax.device_get(metrics)
+        if not measure:
+            metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
         global_step += args.batch_size
         episodes = metrics.pop("episodes")
         ret_sum, len_sum, solved = (metrics.pop(k) for k in ("episode_return_sum", "episode_length_sum", "episodes_solved"))

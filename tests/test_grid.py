@@ -484,6 +484,29 @@ def test_runners_expand_the_papers_grids(dry_runs, runner):
     assert all(len(Path(line.split(" && ")[0][4:]).name) < 255 for line in lines)
 
 
+# the runners with SCALE=small settings (benchmark/reproduce.md) and their unique runs: MinAtar's 2 games x 3 seeds
+SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 3 * 7, "atari10_epochs.sh": 2 * 3 * 6, "noisy_sgd.sh": 5 * (1 + 2)}
+
+
+@pytest.mark.parametrize("runner", sorted(SMALL_GRIDS))
+def test_small_scale_grids(tmp_path, runner):
+    result = run_runner(runner, tmp_path, DRY_RUN="1", SCALE="small")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = {line for line in result.stdout.splitlines() if line.startswith("(cd ")}
+    assert len(lines) == SMALL_GRIDS[runner]
+    if runner != "noisy_sgd.sh":
+        assert all("MinAtar" in line and "ppo_ewma_jax.py" in line for line in lines)
+
+
+@pytest.mark.parametrize("runner, scale", [("recipes.sh", "small"), ("atari10_nenvs.sh", "gpu"), ("noisy_sgd.sh", "huge")])
+def test_a_scale_a_runner_has_no_settings_for_is_refused(tmp_path, runner, scale):
+    result = run_runner(runner, tmp_path, DRY_RUN="1", SCALE=scale)
+    assert result.returncode == 2 and not (tmp_path / "out").exists()
+    assert result.stderr.strip().splitlines()[-1] in (
+        f"runner: {runner} has no SCALE={scale} settings (it has: smoke paper{' small' if runner == 'atari10_nenvs.sh' else ''})",
+        f"runner: SCALE must be smoke, small, paper or gpu (got {scale})")
+
+
 def test_runs_of_128_gpus_are_launched_on_slurm_only(tmp_path):
     result = run_runner("sfl_fig15_minibatches.sh", tmp_path)
     assert result.returncode == 2 and "span 128 GPUs" in result.stderr and not (tmp_path / "out").exists()
@@ -492,7 +515,7 @@ def test_runs_of_128_gpus_are_launched_on_slurm_only(tmp_path):
 
 
 def test_smoke_runner_runs_its_grid_and_analysis(tmp_path):
-    result = run_runner("noisy_sgd.sh", tmp_path, SMOKE="1")
+    result = run_runner("noisy_sgd.sh", tmp_path, SMOKE="1", PUBLISH=str(tmp_path / "pub"))
     assert result.returncode == 0, result.stderr[-3000:]
     for grid in ["step_sizes", "switch"]:
         assert "![learning curves (mean, 95% CI)](curves.png)" in (tmp_path / "out" / grid / "analysis" / "report.md").read_text()
@@ -502,6 +525,15 @@ def test_smoke_runner_runs_its_grid_and_analysis(tmp_path):
     # 100 steps after switching to 0.3, every step size's run sits on 0.3's plateau, ||x|| ~ sqrt(9 0.3 / (4 0.7))
     to_03 = aggregate[aggregate.index.str.contains("switch-step-size=0.3 ")]
     assert len(to_03) == 4 and ((-1.4 < to_03["mean"]) & (to_03["mean"] < -0.6)).all()
+    # claim 1's verdict, written beside the grids and published with its figures, reads the numbers of those grids
+    verdict = json.loads((tmp_path / "out" / "claim_1.json").read_text())
+    scores = pd.read_csv(tmp_path / "out" / "step_sizes" / "analysis" / "scores.csv")
+    distance = {eta: -scores[scores.subrun == f"eta_{eta}"].final.mean() for eta in ("0.01", "0.1")}
+    assert verdict["conditions"][0]["numbers"].startswith(f"eta 0.1 {distance['0.1']:.4g}, eta 0.01 {distance['0.01']:.4g};")
+    assert verdict["verdict"] in ("reproduced", "partly", "not reproduced")
+    published = tmp_path / "pub" / "claim_1"
+    assert sorted(p.name for p in published.glob("*.png")) == [
+        "step_sizes_curves.png", "step_sizes_update_norm_curves.png", "switch_curves.png"]
     # a failed launch does not stop a runner: it goes on and exits 1
     bad = run_runner("noisy_sgd.sh", tmp_path, SMOKE="1", LAUNCH_FLAGS="--workers 0")
     assert bad.returncode == 1 and bad.stderr.count("launch exited 2") == 2

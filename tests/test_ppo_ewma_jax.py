@@ -1,5 +1,6 @@
 """ppo_ewma_jax.py: the decoupled PPO-EWMA loss, the EWMA, GAE, the multi-categorical policy, flags,
-CartPole learning in both modes, locomotion end to end, and exact resume from a checkpoint."""
+CartPole learning in both modes, locomotion end to end, exact resume from a checkpoint, and the dynamics/
+metrics against the torch scripts' on the same inputs."""
 import json
 import resource
 
@@ -7,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
 from conftest import assert_bad_input, load_script, read_values, run_copy, run_dirs, shared_runs
 
@@ -23,6 +25,9 @@ EVERY_TAG = [
     "charts/episodic_return", "charts/SPS", "losses/prox_kl", "losses/imp_samp_clipfrac", "charts/solve_rate", "losses/policy_loss",
     "losses/value_loss", "losses/entropy", "losses/explained_variance", "charts/learning_rate", "charts/train_seconds",
 ]
+DYNAMICS_TAGS = ["dynamics/weight_norm", "dynamics/feature_rank", "dynamics/dormant_pct", "dynamics/feature_rank_critic",
+                 "dynamics/dormant_pct_critic", "dynamics/policy_variance", "dynamics/ess_pct", "dynamics/grad_kurtosis"]
+EVERY_TAG += DYNAMICS_TAGS
 LOSS_TAGS = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/prox_kl",
              "losses/grad_norm", "charts/update_norm"]
 
@@ -236,15 +241,85 @@ def test_scaling_recipes_from_this_scripts_base_of_2048_envs_and_32_minibatches(
     assert args.learning_rate == pytest.approx(expected[2])
 
 
-def first_update_metrics(ewma, **flags):
-    """The metrics of one update of a tiny CartPole config, in process."""
+def first_update_metrics(ewma, measure=False, **flags):
+    """The metrics of one update of a tiny CartPole config, in process (with the dynamics/ metrics if measure)."""
     args = ewma.resolve_args(ewma.Args(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
                                        update_epochs=2, total_timesteps=64, **flags))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
-    _, metrics = jax.jit(update)(init(jax.random.PRNGKey(1), levels), levels)
+    _, metrics = jax.jit(update)(init(jax.random.PRNGKey(1), levels), levels, jnp.asarray(measure))
     return {tag: float(value) for tag, value in metrics.items()}
+
+
+def random_activations(rng, n, units, dead=0):
+    """(n, units) tanh activations with `dead` units that never fire and a spread of scales."""
+    h = np.tanh(rng.normal(size=(n, units)) * rng.exponential(size=units)).astype(np.float32)
+    h[:, :dead] = 0.0
+    return h
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_dynamics_metrics_are_the_torch_scripts_on_random_inputs(ewma, ppo_atari, seed):
+    rng = np.random.default_rng(seed)
+    for rank in (1, 3, 32):  # low-rank features and full ones
+        features = (rng.normal(size=(128, rank)) @ rng.normal(size=(rank, 32))).astype(np.float32)
+        assert int(ewma.feature_rank(jnp.asarray(features))) == ppo_atari.feature_rank(torch.tensor(features))
+    layers = [random_activations(rng, 64, 16, dead=seed), random_activations(rng, 64, 8)]
+    tau = [0.0, 0.025, 0.5][seed % 3]
+    assert float(ewma.dormant_percentage([jnp.asarray(h) for h in layers], tau)) == pytest.approx(
+        ppo_atari.dormant_percentage([torch.tensor(h) for h in layers], tau), rel=1e-6)  # the same neurons
+    grads = [rng.normal(size=(20, 7)).astype(np.float32) * 10.0 ** rng.integers(-6, 2), rng.normal(size=7).astype(np.float32)]
+    assert float(ewma.grad_kurtosis({"a": jnp.asarray(grads[0]), "b": jnp.asarray(grads[1])})) == pytest.approx(
+        ppo_atari.grad_kurtosis([torch.tensor(g) for g in grads]), rel=1e-4)
+    ratios = np.exp(rng.normal(size=200) * [0.1, 1.0, 3.0][seed % 3]).astype(np.float32)
+    assert float(ewma.ess_percentage(jnp.asarray(ratios))) == pytest.approx(
+        ppo_atari.ess_percentage(torch.tensor(ratios)), rel=1e-4)
+    logits = rng.normal(size=(50, 6)).astype(np.float32) * 3
+    mask = ewma.action_mask((6,))
+    assert float(ewma.policy_variance(ewma.log_policy(jnp.asarray(logits), mask), mask)) == pytest.approx(
+        ppo_atari.policy_variance(torch.softmax(torch.tensor(logits), dim=-1)), rel=1e-4)
+
+
+def test_dynamics_metrics_edge_cases(ewma, ppo_atari):
+    assert int(ewma.feature_rank(jnp.ones((8, 4)))) == 0 == ppo_atari.feature_rank(torch.ones(8, 4))  # no variance
+    assert float(ewma.dormant_percentage([jnp.zeros((4, 5))], 0.0)) == 100.0  # nothing fires: all dormant
+    assert float(ewma.ess_percentage(jnp.full(10, 2.0))) == pytest.approx(100.0)  # equal weights
+    assert float(ewma.ess_percentage(jnp.array([1.0]))) == pytest.approx(100.0)  # one sample
+    assert float(ewma.ess_percentage(jnp.array([1.0, 0.0, 0.0, 0.0]))) == pytest.approx(25.0)  # one sample carries all
+    # a missing category of a multi-discrete action is not an action: it adds no zero variance to the mean
+    mask = ewma.action_mask((2, 3))
+    logp = ewma.log_policy(jnp.asarray(np.random.default_rng(0).normal(size=(40, 6)), jnp.float32), mask)
+    probs = np.exp(np.asarray(logp))
+    expected = np.concatenate([probs[:, 0, :2].var(0), probs[:, 1, :3].var(0)]).mean()
+    assert float(ewma.policy_variance(logp, mask)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_weight_norm_is_the_torch_scripts_over_kernels_only(ewma, ppo_atari):
+    net = ewma.MLP(8, 2, 3, 0.01)
+    params = net.init(jax.random.PRNGKey(0), jnp.zeros((1, 5)))
+    model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 3))
+    with torch.no_grad():
+        for layer, name in zip(model, ["Dense_0", "Dense_1", "Dense_2"]):
+            layer.weight.copy_(torch.tensor(np.asarray(params["params"][name]["kernel"]).T))
+            layer.bias.fill_(100.0)  # biases are not weights
+    assert float(ewma.weight_norm(params)) == pytest.approx(ppo_atari.weight_norm(model), rel=1e-5)
+
+
+def test_dynamics_in_the_update_read_the_raw_first_minibatch_gradient(ewma):
+    measured = first_update_metrics(ewma, measure=True)
+    assert all(tag in measured for tag in DYNAMICS_TAGS)
+    assert 0 < measured["dynamics/feature_rank"] <= 256 and 0 <= measured["dynamics/dormant_pct"] <= 100
+    assert 0 < measured["dynamics/ess_pct"] <= 100 and measured["dynamics/weight_norm"] > 0
+    # measuring changes nothing else, and the kurtosis is of the gradient before clipping
+    plain = first_update_metrics(ewma)
+    assert {t: v for t, v in measured.items() if not t.startswith("dynamics/")} == {
+        t: v for t, v in plain.items() if not t.startswith("dynamics/")}
+    unclipped = first_update_metrics(ewma, measure=True, max_grad_norm=1e6)
+    tiny_clip = first_update_metrics(ewma, measure=True, max_grad_norm=1e-3)
+    assert unclipped["dynamics/grad_kurtosis"] == pytest.approx(measured["dynamics/grad_kurtosis"], rel=1e-6)
+    assert tiny_clip["dynamics/grad_kurtosis"] == pytest.approx(measured["dynamics/grad_kurtosis"], rel=1e-6)
+    assert unclipped["losses/approx_kl"] != tiny_clip["losses/approx_kl"]  # the clipping did act on the update
 
 
 def test_vf_clip_coef_follows_clip_coef_unless_given(ewma):
@@ -276,12 +351,18 @@ def cartpole_checkpoint(cartpole_tracked):
 
 def test_track_logs_to_wandb_offline_and_checkpoints_every_iteration(cartpole_tracked):
     assert list((cartpole_tracked / "wandb").glob("offline-run-*")), "wandb offline run missing"
+    scalars, _ = read_values(run_dirs(cartpole_tracked)[0])
+    assert all(len(scalars[tag]) == 1 for tag in DYNAMICS_TAGS)  # at iteration 1 of 2, as --dynamics-every 10 says
     checkpoints = sorted(p.name for p in (run_dirs(cartpole_tracked)[0] / "checkpoints").iterdir())
     assert checkpoints == ["iter_1.npz", "iter_2.npz"]
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--ewma-com", "-1"], "--ewma-com must be >= 0"),
+    (["--dynamics-every", "-1"], "--dynamics-every must be >= 0"),
+    (["--dynamics-batch", "0"], "--dynamics-batch must be positive"),
+    (["--dormant-tau", "nan"], "--dormant-tau must be a finite number"),
+    (["--dormant-tau", "-0.1"], "--dormant-tau must be >= 0"),
     (["--ewma-com", "inf"], "--ewma-com must be a finite number"),
     (["--learning-rate", "inf"], "--learning-rate must be a finite number"),
     (["--gamma", "nan"], "--gamma must be a finite number"),

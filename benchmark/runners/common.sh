@@ -2,7 +2,10 @@
 #   OUT_DIR       where the runner's grids, tables and figures go (default: grids/<runner name>)
 #   RUN_STORE     where runs live, shared by every runner so a run that several figures need runs once
 #                 (default: store/ beside OUT_DIR, i.e. grids/store)
+#   SCALE         the size of the grids: paper (default: the papers' sizes), small (what a 2-core CPU carries, <= 40
+#                 minutes per claim; benchmark/reproduce.md), gpu (about one GPU-hour per claim) or smoke (SMOKE=1)
 #   SMOKE=1       the same grids at a tiny size, minutes on a CPU (2 local workers unless LAUNCH_FLAGS says), analysis included
+#   PUBLISH       a folder (e.g. benchmark/reproduce) where the runner's claim verdicts are copied with their figures
 #   DRY_RUN=1     check the grids and print the commands only
 #   ANALYZE_ONLY=1  launch nothing; analyse what the grids hold (after a Slurm array finished)
 #   LAUNCH_FLAGS  extra launcher flags, e.g. "--workers 4" or "--slurm --slurm-partition gpu --slurm-gpus 1";
@@ -33,7 +36,22 @@ SFL_TINY=(--model mlp --env-size s --num-steps 16 --update-epochs 1 --sfl-update
           --num-eval-levels 4 --eval-num-attempts 1 --eval-every 2 --level-filter-pool 4)
 SFL_TINY8=("${SFL_TINY[@]}" --num-envs 8 --num-minibatches 2 --sfl-num-candidates 16 --sfl-buffer-size 4)
 
-smoke() { [[ "${SMOKE:-0}" == 1 ]]; }
+SCALE="${SCALE:-paper}"
+[[ "${SMOKE:-0}" == 1 ]] && SCALE=smoke
+case "$SCALE" in
+    smoke|small|paper|gpu) ;;
+    *) echo "runner: SCALE must be smoke, small, paper or gpu (got $SCALE)" >&2; exit 2 ;;
+esac
+smoke() { [[ "$SCALE" == smoke ]]; }
+# supports <scales...>: the SCALEs besides smoke and paper this runner has settings for; any other is refused (exit 2)
+# before anything runs, as it is by the first launch of a runner that never called this
+SCALES="smoke paper"
+supports() {
+    SCALES="smoke paper${*:+ $*}"
+    [[ " $SCALES " == *" $SCALE "* ]] && return 0
+    echo "runner: $(basename "$0") has no SCALE=$SCALE settings (it has: $SCALES)" >&2
+    exit 2
+}
 
 # The setting of the SFL ablations (stagnation App. E): Table 3's 8192-env preset at size l, 3 seeds, 2e10 steps
 # (this project's budget); SMOKE: the tiny config, 1 seed, 2 updates. Sets SEEDS, BUDGET and CONFIG.
@@ -46,12 +64,14 @@ sfl_ablation() {
 }
 dry_run() { [[ "${DRY_RUN:-0}" == 1 ]]; }
 on_slurm() { [[ " ${LAUNCH_FLAGS:-} " == *" --slurm "* ]]; }
-if smoke && [[ -z "${LAUNCH_FLAGS:-}" ]]; then LAUNCH_FLAGS="--workers 2"; fi
+# SMOKE and SCALE=small run on a 2-core machine: 2 local workers unless LAUNCH_FLAGS says
+if [[ "$SCALE" == smoke || "$SCALE" == small ]] && [[ -z "${LAUNCH_FLAGS:-}" ]]; then LAUNCH_FLAGS="--workers 2"; fi
 
 # launch <grid name> <launcher flags...> -- <grid flags...>: one grid under $OUT_DIR/<grid name>, runs in $RUN_STORE.
 # On Slurm it returns once submitted; WAIT=1 launch ... waits (a later grid needs this one's checkpoints).
 launch() {
     local name="$1"; shift
+    supports ${SCALES#smoke paper}
     [[ "${ANALYZE_ONLY:-0}" == 1 ]] && return 0
     local wait=""
     on_slurm && [[ "${WAIT:-0}" != 1 ]] && wait="--no-wait"
@@ -95,4 +115,13 @@ compare() {
     for grid in $grids; do dirs+=("$OUT_DIR/$grid"); done
     "$PY" "$ROOT/benchmark/analyze.py" "${dirs[@]}" --output "$OUT_DIR/$name/analysis" "$@" \
         || { echo "runner: comparison $name: analysis exited $? (continuing)" >&2; FAILED=1; }
+}
+
+# claim <n>: the verdict of claim n of benchmark/claims.py on this runner's grids ($OUT_DIR/claim_<n>.md; copied with its
+# figures to $PUBLISH/claim_<n>/ when PUBLISH is set)
+claim() {
+    dry_run && return 0
+    if on_slurm && [[ "${ANALYZE_ONLY:-0}" != 1 ]]; then return 0; fi
+    "$PY" "$ROOT/benchmark/claims.py" "$1" "$OUT_DIR" ${PUBLISH:+--publish "$PUBLISH"} \
+        || { echo "runner: claim $1: verdict exited $? (continuing)" >&2; FAILED=1; }
 }

@@ -1,0 +1,305 @@
+"""The papers' claims a runner reproduces, and each claim's verdict read from analyze.py's tables.
+
+    python benchmark/claims.py 1 grids/noisy_sgd               # prints the verdict, writes grids/noisy_sgd/claim_1.md/.json
+    python benchmark/claims.py 1 grids/noisy_sgd --publish benchmark/reproduce   # and copies it with its figures there
+
+Every claim is tested by conditions fixed before its runs (written here and at the top of its runner, and not
+changed after seeing results). Each condition is a comparison of the runs' numbers that holds or not; the
+verdict is **reproduced** when every condition holds, **not reproduced** when none does, **partly** otherwise.
+A difference between two configs counts only when the 95% CI of the difference of their means over seeds
+(Welch's t) excludes zero, so three noisy seeds that happen to be ordered do not make a claim.
+
+The tables are analyze.py's (`scores.csv`: per run its final score, the mean of the tag over the last 10% of
+training; `runs.csv`: every run's downsampled curves). A claim reads only the grids its runner made.
+"""
+import argparse
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.stats
+
+
+@dataclass
+class Condition:
+    what: str  # the condition in words
+    holds: bool
+    numbers: str  # the numbers it was decided on
+
+
+def fail(message):
+    print(f"claims.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def welch(a, b):
+    """(mean(a) - mean(b), 95% CI low, high) by Welch's t over the seeds' values; NaN bounds with < 2 values each."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    diff = a.mean() - b.mean()
+    if len(a) < 2 or len(b) < 2:
+        return diff, np.nan, np.nan
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = np.sqrt(va + vb)
+    if se == 0:
+        return diff, diff, diff
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = scipy.stats.t.ppf(0.975, dof) * se
+    return diff, diff - half, diff + half
+
+
+def greater(a, b, name_a, name_b, what="final score"):
+    """Condition: mean(a) > mean(b) with the 95% CI of the difference above zero."""
+    diff, low, high = welch(a, b)
+    return Condition(f"{what}: {name_a} > {name_b}", bool(low > 0),
+                     f"{name_a} {np.mean(a):.4g}, {name_b} {np.mean(b):.4g}; difference {diff:.4g} [{low:.4g}, {high:.4g}] "
+                     f"(n = {len(a)}, {len(b)})")
+
+
+def verdict(conditions):
+    held = sum(c.holds for c in conditions)
+    return "reproduced" if held == len(conditions) else "not reproduced" if held == 0 else "partly"
+
+
+class Tables:
+    """analyze.py's tables of one grid's analysis folder."""
+
+    def __init__(self, folder):
+        folder = Path(folder)
+        if not (folder / "scores.csv").is_file():
+            fail(f"no analysis at {folder} (scores.csv missing): run the runner, or its analysis, first")
+        self.folder = folder
+        self.scores = pd.read_csv(folder / "scores.csv")
+        self.runs = pd.read_csv(folder / "runs.csv")
+
+    def final(self, **where):
+        """Final scores, one per run (seed), of the rows matching where (column=value as text)."""
+        rows = self.scores
+        for column, value in where.items():
+            rows = rows[rows[column].astype(str) == str(value)]
+        if rows.empty:
+            fail(f"{self.folder}/scores.csv has no run with {where}")
+        return rows.sort_values("seed").final.to_numpy()
+
+    def curves(self, tag, **where):
+        """{seed: (x, value)} of `tag` for the runs matching where."""
+        rows = self.runs[self.runs.tag == tag]
+        for column, value in where.items():
+            rows = rows[rows[column].astype(str) == str(value)]
+        if rows.empty:
+            fail(f"{self.folder}/runs.csv has no {tag} curve with {where}")
+        return {seed: (g.x.to_numpy(), g.value.to_numpy()) for seed, g in rows.groupby("seed")}
+
+
+def window_mean(curves, start, stop):
+    """Per seed, the mean of a curve over start <= x < stop."""
+    return np.array([v[(x >= start) & (x < stop)].mean() for x, v in curves.values()])
+
+
+# ---------------------------------------------------------------------------------------------
+# The claims
+# ---------------------------------------------------------------------------------------------
+def claim_1(out_dir):
+    """Stagnation Fig. 1b / 2a / 3b, noisy SGD on x^T x (App. A), runner noisy_sgd.sh.
+
+    Settings (the paper's): step sizes 0.001, 0.01, 0.1, 0.3; 2000 steps; 5 seeds; switch at step 1000.
+    Conditions:
+    1. a larger step size plateaus at a higher loss: the final distance to the optimum (mean over the last 10% of
+       steps) is larger at 0.1 than at 0.01, and at 0.3 than at 0.1;
+    2. at step size 0.3 the loss has stagnated over the second half (mean -||x|| over steps 1500-2000 not better
+       than over 1000-1500 by more than 1% of the initial distance) while the update norm over the second half stays
+       at least 10x that of step size 0.01;
+    3. switching 0.3 -> 0.001 at step 1000 resumes the descent: the final distance is below half the distance at
+       the switch (mean over steps 900-1000) and below the final distance of the unswitched 0.3 runs.
+    """
+    sizes = Tables(Path(out_dir) / "step_sizes" / "analysis")
+    norms = Tables(Path(out_dir) / "step_sizes" / "analysis_update_norm")
+    switch = Tables(Path(out_dir) / "switch" / "analysis")
+    steps = int(sizes.runs.x.max())
+    half, switch_step = steps // 2, int(switch.runs.x.max()) // 2
+    final = {eta: -sizes.final(subrun=f"eta_{eta}") for eta in ("0.01", "0.1", "0.3")}  # distances
+    conditions = [greater(final["0.1"], final["0.01"], "eta 0.1", "eta 0.01", "final distance to the optimum"),
+                  greater(final["0.3"], final["0.1"], "eta 0.3", "eta 0.1", "final distance to the optimum")]
+    loss = sizes.curves("charts/neg_distance", subrun="eta_0.3")
+    initial = -np.mean([v[x == 0][0] for x, v in loss.values()])
+    gain = window_mean(loss, half + steps // 4, steps + 1) - window_mean(loss, half, half + steps // 4)
+    late_norm = {eta: window_mean(norms.curves("charts/update_norm", subrun=f"eta_{eta}"), half, steps)
+                 for eta in ("0.01", "0.3")}
+    ratio = late_norm["0.3"].mean() / late_norm["0.01"].mean()
+    conditions.append(Condition(
+        "eta 0.3 stagnates over the second half while its updates stay >= 10x those of eta 0.01",
+        bool(gain.mean() < 0.01 * initial and ratio >= 10),
+        f"-||x|| gained {gain.mean():.4f} from steps {half}-{half + steps // 4} to {half + steps // 4}-{steps} "
+        f"(1% of the initial distance: {0.01 * initial:.4f}); update norm over the second half {late_norm['0.3'].mean():.4f} "
+        f"at eta 0.3 vs {late_norm['0.01'].mean():.4f} at eta 0.01 (x{ratio:.1f})"))
+    switched = switch.curves("charts/neg_distance", subrun="eta_0.3_to_0.001")
+    at_switch = -window_mean(switched, switch_step - switch_step // 10, switch_step)
+    end = -switch.final(subrun="eta_0.3_to_0.001")
+    conditions.append(Condition(
+        "switching 0.3 -> 0.001 mid-run halves the distance at the switch",
+        bool(end.mean() < 0.5 * at_switch.mean()),
+        f"distance at the switch (steps {switch_step - switch_step // 10}-{switch_step}) {at_switch.mean():.4f}, "
+        f"final {end.mean():.4f}"))
+    conditions.append(greater(final["0.3"], end, "eta 0.3 throughout", "0.3 -> 0.001", "final distance to the optimum"))
+    figures = [Path(out_dir) / "step_sizes" / "analysis" / "curves.png",
+               Path(out_dir) / "step_sizes" / "analysis_update_norm" / "curves.png",
+               Path(out_dir) / "switch" / "analysis" / "curves.png"]
+    return conditions, figures
+
+
+def by_game(tables):
+    """The envs of a grid, in order; every data-collection condition is tested per env (MinAtar's returns are on
+    scales of their own, with no human reference to normalise them)."""
+    return sorted(tables.scores.env.unique())
+
+
+def claim_7(out_dir):
+    """Data-collection Fig. 1a, runner atari10_nenvs.sh (grid fixed_batch).
+
+    Settings: SCALE=small is ppo_ewma_jax on MinAtar (the runner's top); the batch N_envs x N_RO = 1024 is held fixed
+    from the default 8 x 128 to 16 x 64 and 32 x 32 at a fixed budget. Conditions, per env: the final return of
+    32 x 32 is higher than that of 8 x 128, and so is that of 16 x 64."""
+    tables = Tables(Path(out_dir) / "fixed_batch" / "analysis")
+    envs = sorted(tables.scores["num-envs"].astype(int).unique())
+    base, conditions = envs[0], []
+    for env in by_game(tables):
+        for n in reversed(envs[1:]):
+            conditions.append(greater(tables.final(env=env, **{"num-envs": n}), tables.final(env=env, **{"num-envs": base}),
+                                      f"{n} envs", f"{base} envs", f"{env}, final return at a fixed batch"))
+    return conditions, [Path(out_dir) / "fixed_batch" / "analysis" / "final_vs_flag.png",
+                        Path(out_dir) / "fixed_batch" / "analysis" / "curves.png"]
+
+
+def claim_8(out_dir):
+    """Data-collection Fig. 1b, runner atari10_nenvs.sh (grid grow).
+
+    Settings: the batch grown from 8 x 128 by k = 2 and 4, through N_envs (8k envs x 128 steps) or through the rollout
+    length (8 envs x 128k steps), at a fixed budget. Conditions, per env and k: growing through N_envs ends with a
+    higher return than growing through the rollout length."""
+    tables = Tables(Path(out_dir) / "grow" / "analysis")
+    rows = tables.scores.assign(n=tables.scores["num-envs"].astype(int), t=tables.scores["num-steps"].astype(int))
+    base_n, base_t = rows.n.min(), rows.t.min()
+    conditions = []
+    for env in by_game(tables):
+        for k in sorted(set(rows.n // base_n) & set(rows.t // base_t) - {1}):
+            conditions.append(greater(tables.final(env=env, **{"num-envs": base_n * k, "num-steps": base_t}),
+                                      tables.final(env=env, **{"num-envs": base_n, "num-steps": base_t * k}),
+                                      f"{base_n * k} x {base_t}", f"{base_n} x {base_t * k}", f"{env}, final return, batch x{k}"))
+    return conditions, [Path(out_dir) / "grow" / "analysis" / "curves.png"]
+
+
+def claim_9(out_dir):
+    """Data-collection Fig. 1c, runner atari10_epochs.sh (grid epochs).
+
+    Settings: 8 and 16 envs x 128 steps, 4 (the default) and 8 epochs, at a fixed budget. Conditions, per env:
+    1. more epochs hurt at few envs: 8 envs with 8 epochs end lower than 8 envs with 4;
+    2. more envs recover them: 16 envs with 8 epochs end higher than 8 envs with 8;
+    3. completely (the paper's words): 16 envs with 8 epochs end at least as high as 8 envs with 4 (the means)."""
+    tables = Tables(Path(out_dir) / "epochs" / "analysis")
+    conditions = []
+    for env in by_game(tables):
+        def final(n, e):
+            return tables.final(env=env, **{"num-envs": n, "num-steps": 128, "update-epochs": e})
+        conditions.append(greater(final(8, 4), final(8, 8), "8 envs, 4 epochs", "8 envs, 8 epochs", f"{env}, final return"))
+        conditions.append(greater(final(16, 8), final(8, 8), "16 envs, 8 epochs", "8 envs, 8 epochs", f"{env}, final return"))
+        a, b = final(16, 8), final(8, 4)
+        conditions.append(Condition(f"{env}, final return: 16 envs with 8 epochs >= 8 envs with 4 epochs (means)",
+                                    bool(a.mean() >= b.mean()), f"{a.mean():.4g} vs {b.mean():.4g} (n = {len(a)}, {len(b)})"))
+    return conditions, [Path(out_dir) / "epochs" / "analysis" / "curves.png"]
+
+
+# Fig. 3's metrics, and the direction more envs move each in (data-collection §5.1)
+FIG3 = {"dynamics/feature_rank": "higher", "dynamics/dormant_pct": "lower", "dynamics/weight_norm": "lower",
+        "dynamics/grad_kurtosis": "lower"}
+
+
+def claim_10(out_dir):
+    """Data-collection Fig. 3, runner atari10_nenvs.sh (grid grow, its N_envs arm at 128 steps).
+
+    Conditions, per env and metric: the mean over the second half of training of the run with the most envs is
+    higher (feature rank) or lower (dormant %, weight norm, gradient kurtosis) than that of 8 envs."""
+    tables = Tables(Path(out_dir) / "grow" / "analysis")
+    rows = tables.scores.assign(n=tables.scores["num-envs"].astype(int), t=tables.scores["num-steps"].astype(int))
+    base_t = rows.t.min()
+    few, most = rows[rows.t == base_t].n.min(), rows[rows.t == base_t].n.max()
+    conditions = []
+    for env in by_game(tables):
+        for tag, direction in FIG3.items():
+            late = {}
+            for n in (few, most):
+                runs = set(rows[(rows.env == env) & (rows.n == n) & (rows.t == base_t)].run)
+                found = tables.runs[(tables.runs.tag == tag) & tables.runs.run.isin(runs)]
+                if found.empty:
+                    fail(f"{tables.folder}/runs.csv has no {tag} for {env}, {n} envs (were the dynamics/ metrics on?)")
+                end = found.x.max()
+                late[n] = found[found.x >= end / 2].groupby("run").value.mean().to_numpy()
+            a, b = (late[most], late[few]) if direction == "higher" else (late[few], late[most])
+            names = (f"{most} envs", f"{few} envs") if direction == "higher" else (f"{few} envs", f"{most} envs")
+            conditions.append(greater(a, b, *names, f"{env}, {tag} over the second half ({direction} with more envs)"))
+    return conditions, [Path(out_dir) / "grow" / "analysis" / f"dynamics_{env}.png" for env in by_game(tables)]
+
+
+CLAIMS = {
+    1: ("stagnation paper, Fig. 1b / 2a / 3b",
+        "noisy SGD: a larger step size plateaus at a higher loss with large updates; a smaller step size mid-run resumes the "
+        "descent", "bash benchmark/runners/noisy_sgd.sh", claim_1),
+    7: ("data-collection paper, Fig. 1a",
+        "at a fixed budget and a fixed batch, more envs with shorter rollouts beat fewer envs with longer rollouts",
+        "SCALE=small bash benchmark/runners/atari10_nenvs.sh", claim_7),
+    8: ("data-collection paper, Fig. 1b", "growing the batch through N_envs beats growing it through the rollout length",
+        "SCALE=small bash benchmark/runners/atari10_nenvs.sh", claim_8),
+    9: ("data-collection paper, Fig. 1c", "more epochs hurt at few envs; more envs recover them",
+        "SCALE=small bash benchmark/runners/atari10_epochs.sh", claim_9),
+    10: ("data-collection paper, Fig. 3",
+         "with more envs, feature rank is higher and dormant %, weight norm and gradient kurtosis lower",
+         "SCALE=small bash benchmark/runners/atari10_nenvs.sh", claim_10),
+}
+
+
+def report(number, out_dir):
+    """(markdown, json-able dict, figures) of one claim's verdict on the grids under out_dir."""
+    source, claim, command, check = CLAIMS[number]
+    conditions, figures = check(out_dir)
+    result = verdict(conditions)
+    lines = [f"### Claim {number} ({source}): {result.upper()}\n", f"{claim}.\n", f"Command: `{command}`\n",
+             "| condition | holds | numbers |", "|---|---|---|"]
+    lines += [f"| {c.what} | {'yes' if c.holds else 'no'} | {c.numbers} |" for c in conditions]
+    data = {"claim": number, "source": source, "verdict": result, "command": command,
+            "conditions": [c.__dict__ for c in conditions]}
+    return "\n".join(lines) + "\n", data, [f for f in figures if f.is_file()]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("claim", type=int, help=f"the claim's number ({', '.join(map(str, CLAIMS))})")
+    parser.add_argument("out_dir", help="the runner's OUT_DIR (its grids and their analysis folders)")
+    parser.add_argument("--publish", metavar="DIR", help="also copy the verdict and its figures to DIR/claim_<n>/")
+    opts = parser.parse_args(argv)
+    if opts.claim not in CLAIMS:
+        fail(f"claim must be one of {', '.join(map(str, CLAIMS))} (got {opts.claim})")
+    if not Path(opts.out_dir).is_dir():
+        fail(f"out_dir {opts.out_dir}: no such folder")
+    text, data, figures = report(opts.claim, opts.out_dir)
+    out = Path(opts.out_dir)
+    (out / f"claim_{opts.claim}.md").write_text(text)
+    (out / f"claim_{opts.claim}.json").write_text(json.dumps(data, indent=1, default=float))
+    if opts.publish:
+        dest = Path(opts.publish) / f"claim_{opts.claim}"
+        dest.mkdir(parents=True, exist_ok=True)
+        names = []
+        for figure in figures:  # step_sizes/analysis/curves.png -> step_sizes_curves.png
+            name = f"{figure.parent.parent.name}_{figure.parent.name.removeprefix('analysis').strip('_') or ''}".rstrip("_")
+            name = f"{name}_{figure.name}"
+            shutil.copy(figure, dest / name)
+            names.append(name)
+        (dest / "verdict.md").write_text(text + "\n" + "".join(f"![{n}]({n})\n" for n in names))
+        (dest / "verdict.json").write_text(json.dumps(data, indent=1, default=float))
+    print(text)
+    return data
+
+
+if __name__ == "__main__":
+    main()

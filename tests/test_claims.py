@@ -1,0 +1,95 @@
+"""benchmark/claims.py: Welch's interval against scipy's, and each claim's verdict on fabricated analysis tables
+whose answer is known (every condition met, one broken, all broken), read through the same files analyze.py
+writes. The end-to-end run of a claim's runner at SMOKE size is test_grid.py's smoke runner test."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.stats
+
+from benchmark import claims
+
+
+@pytest.mark.parametrize("n_a, n_b", [(5, 5), (3, 7), (2, 2)])
+def test_welch_interval_is_scipys(n_a, n_b):
+    rng = np.random.default_rng(n_a * 10 + n_b)
+    for _ in range(20):
+        a, b = rng.normal(1.0, 2.0, n_a), rng.normal(0.0, 0.5, n_b)
+        diff, low, high = claims.welch(a, b)
+        ci = scipy.stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+        assert diff == pytest.approx(a.mean() - b.mean())
+        assert (low, high) == pytest.approx((ci.low, ci.high))
+
+
+def test_welch_edge_cases():
+    diff, low, high = claims.welch([1.0], [0.0, 1.0])  # one seed: no interval, so no difference can count
+    assert diff == pytest.approx(0.5) and np.isnan(low) and np.isnan(high)
+    assert not claims.greater([1.0], [0.0, 0.1], "a", "b").holds
+    assert claims.welch([2.0, 2.0], [1.0, 1.0]) == (1.0, 1.0, 1.0)  # no spread: the difference itself
+    assert claims.greater([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], "a", "b").holds
+    assert not claims.greater([1.0, 3.0, 2.0], [1.5, 2.5, 2.0], "a", "b").holds  # ordered means, overlapping seeds
+
+
+def test_verdict_words():
+    yes, no = claims.Condition("", True, ""), claims.Condition("", False, "")
+    assert claims.verdict([yes, yes]) == "reproduced"
+    assert claims.verdict([yes, no]) == "partly"
+    assert claims.verdict([no, no]) == "not reproduced"
+
+
+def write_analysis(folder, scores, runs):
+    """An analysis folder as analyze.py writes it (only the columns claims.py reads)."""
+    folder.mkdir(parents=True)
+    pd.DataFrame(scores).to_csv(folder / "scores.csv", index=False)
+    pd.DataFrame(runs).to_csv(folder / "runs.csv", index=False)
+
+
+def noisy_sgd_grids(out, plateau_03=-0.98, switched_final=-0.14, norm_03=1.07):
+    """noisy_sgd.sh's three analyses for 5 seeds over 2000 steps, on the theory's plateaus (seed noise 1%)."""
+    seeds, x = range(1, 6), np.arange(0, 2001, 10)
+    rng = np.random.default_rng(0)
+    plateaus = {"0.01": -0.15, "0.1": -0.5, "0.3": plateau_03}
+    scores = [{"subrun": f"eta_{eta}", "seed": s, "final": p * (1 + 0.01 * rng.standard_normal())}
+              for eta, p in plateaus.items() for s in seeds]
+    runs = [{"subrun": "eta_0.3", "seed": s, "tag": "charts/neg_distance", "x": xi, "value": plateau_03 if xi else -7.07}
+            for s in seeds for xi in x]
+    write_analysis(out / "step_sizes" / "analysis", scores, runs)
+    norms = [{"subrun": f"eta_{eta}", "seed": s, "tag": "charts/update_norm", "x": xi, "value": v}
+             for eta, v in (("0.01", 0.03), ("0.3", norm_03)) for s in seeds for xi in x]
+    write_analysis(out / "step_sizes" / "analysis_update_norm", scores, norms)
+    switched = [{"subrun": "eta_0.3_to_0.001", "seed": s, "final": switched_final * (1 + 0.01 * rng.standard_normal())}
+                for s in seeds]
+    curve = [{"subrun": "eta_0.3_to_0.001", "seed": s, "tag": "charts/neg_distance", "x": xi,
+              "value": plateau_03 if xi <= 1000 else switched_final} for s in seeds for xi in x]
+    write_analysis(out / "switch" / "analysis", switched, curve)
+
+
+def test_claim_1_reproduced_partly_and_not(tmp_path):
+    noisy_sgd_grids(tmp_path / "yes")
+    data = claims.main(["1", str(tmp_path / "yes"), "--publish", str(tmp_path / "pub")])
+    assert data["verdict"] == "reproduced" and len(data["conditions"]) == 5
+    assert data["conditions"][1]["numbers"].startswith("eta 0.3 0.9")  # distances: -final, positive
+    assert "update norm over the second half 1.0700 at eta 0.3 vs 0.0300 at eta 0.01 (x35.7)" in data["conditions"][2]["numbers"]
+    assert "distance at the switch (steps 900-1000) 0.9800, final 0.1400" in data["conditions"][3]["numbers"]
+    assert json.loads((tmp_path / "yes" / "claim_1.json").read_text())["verdict"] == "reproduced"
+    assert (tmp_path / "pub" / "claim_1" / "verdict.md").read_text().startswith("### Claim 1")
+    # the switch that does not resume the descent breaks conditions 4 and 5 only
+    noisy_sgd_grids(tmp_path / "partly", switched_final=-0.98)
+    data = claims.main(["1", str(tmp_path / "partly")])
+    assert data["verdict"] == "partly" and [c["holds"] for c in data["conditions"]] == [True, True, True, False, False]
+    # every step size on one plateau, small updates, no gain from switching: nothing holds
+    noisy_sgd_grids(tmp_path / "no", plateau_03=-0.5, switched_final=-0.5, norm_03=0.03)
+    (tmp_path / "no" / "step_sizes" / "analysis" / "scores.csv").write_text(
+        pd.read_csv(tmp_path / "no" / "step_sizes" / "analysis" / "scores.csv").assign(final=-0.5).to_csv(index=False))
+    data = claims.main(["1", str(tmp_path / "no")])
+    assert data["verdict"] == "not reproduced", data
+
+
+def test_a_claim_without_its_analysis_is_a_one_line_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        claims.main(["1", str(tmp_path)])
+    assert exit_info.value.code == 2 and "scores.csv missing" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        claims.main(["99", str(tmp_path)])
+    assert "claim must be one of" in capsys.readouterr().err
