@@ -484,8 +484,12 @@ def plot_dynamics(runs_frame, env, order, xlabel, path):
     """Every dynamics/ tag of one env over training: mean and 95% CI over seeds, per config."""
     rows = runs_frame[(runs_frame.env == env) & runs_frame.tag.str.startswith(DYNAMICS)]
     tags = sorted(rows.tag.unique())
-    fig, axes = plt.subplots(1, len(tags), figsize=(3.6 * len(tags), 3.3), squeeze=False)
-    for ax, tag in zip(axes[0], tags):
+    columns = min(len(tags), 4)  # at most 4 panels a row, so the figure stays readable at page width
+    grid = (len(tags) + columns - 1) // columns
+    fig, axes = plt.subplots(grid, columns, figsize=(3.6 * columns, 3.0 * grid), squeeze=False)
+    for ax in axes.flat[len(tags):]:
+        ax.axis("off")
+    for ax, tag in zip(axes.flat, tags):
         curves = config_curves(rows, tag, "mean", 20, 0)
         for config in order:
             c = curves[curves.config == config] if not curves.empty else curves
@@ -557,6 +561,8 @@ def build_parser():
                         "score (stagnation Fig. 4: the better of annealing on/off per learning rate; chosen on the same runs)")
     parser.add_argument("--ddr", action="store_true", help="read charts/ddr and plot the median DDR against the best score")
     parser.add_argument("--no-dynamics", action="store_true", help="skip the dynamics/ tags")
+    parser.add_argument("--envs", nargs="+", metavar="ENV", help="analyse only these envs' runs (e.g. one game of several "
+                        "whose returns have no common scale)")
     parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 8), help="processes reading runs")
     parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="of the tidy tables")
     return parser
@@ -574,6 +580,11 @@ def main(argv=None):
     if len(opts.out_dirs) > 1 and not opts.output:
         fail("several grids need --output DIR")
     registered = grid_runs(opts.out_dirs)
+    if opts.envs:
+        unknown = sorted(set(opts.envs) - {c["env"] for _, c, _ in registered})
+        if unknown:
+            fail(f"--envs {' '.join(unknown)}: no run of the grid has that env")
+        registered = [(d, c, state) for d, c, state in registered if c["env"] in opts.envs]
     done = [(d, c) for d, c, state in registered if state == "done"]
     if not done:
         fail(f"no finished run under {', '.join(opts.out_dirs)} ({len(registered)} registered)")

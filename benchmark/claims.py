@@ -4,30 +4,34 @@
     python benchmark/claims.py 1 grids/noisy_sgd --publish benchmark/reproduce   # and copies it with its figures there
 
 Every claim is tested by conditions fixed before its runs (written here and at the top of its runner, and not
-changed after seeing results). Each condition is a comparison of the runs' numbers that holds or not; the
-verdict is **reproduced** when every condition holds, **not reproduced** when none does, **partly** otherwise.
-A difference between two configs counts only when the 95% CI of the difference of their means over seeds
-(Welch's t) excludes zero, so three noisy seeds that happen to be ordered do not make a claim.
+changed after seeing results). Each condition is a comparison of the runs' numbers that holds, does not, or is
+inconclusive (both sides the same constant, e.g. a metric that is 0 in every run: it cannot show a difference);
+the verdict is **reproduced** when every decided condition holds, **not reproduced** when none does, **partly**
+otherwise. A difference between two configs counts only when the 95% CI of the difference of their means over
+seeds (Welch's t) excludes zero, so three noisy seeds that happen to be ordered do not make a claim. The
+exceptions compare means with a threshold and say so in their words: claim 1's "stagnates" and "halves", and
+claim 9's "at least as high".
 
 The tables are analyze.py's (`scores.csv`: per run its final score, the mean of the tag over the last 10% of
 training; `runs.csv`: every run's downsampled curves). A claim reads only the grids its runner made.
 """
 import argparse
 import json
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
 import scipy.stats
+from PIL import Image
 
 
 @dataclass
 class Condition:
     what: str  # the condition in words
-    holds: bool
+    holds: Optional[bool]  # None: inconclusive (nothing varies on either side)
     numbers: str  # the numbers it was decided on
 
 
@@ -52,16 +56,21 @@ def welch(a, b):
 
 
 def greater(a, b, name_a, name_b, what="final score"):
-    """Condition: mean(a) > mean(b) with the 95% CI of the difference above zero."""
+    """Condition: mean(a) > mean(b) with the 95% CI of the difference above zero; inconclusive when every value on
+    both sides is the same number."""
     diff, low, high = welch(a, b)
-    return Condition(f"{what}: {name_a} > {name_b}", bool(low > 0),
-                     f"{name_a} {np.mean(a):.4g}, {name_b} {np.mean(b):.4g}; difference {diff:.4g} [{low:.4g}, {high:.4g}] "
-                     f"(n = {len(a)}, {len(b)})")
+    numbers = (f"{name_a} {np.mean(a):.4g}, {name_b} {np.mean(b):.4g}; difference {diff:.4g} [{low:.4g}, {high:.4g}] "
+               f"(n = {len(a)}, {len(b)})")
+    if len(np.unique(np.concatenate([np.asarray(a, np.float64), np.asarray(b, np.float64)]))) == 1:
+        return Condition(f"{what}: {name_a} > {name_b}", None, numbers + "; every run the same value")
+    return Condition(f"{what}: {name_a} > {name_b}", bool(low > 0), numbers)
 
 
 def verdict(conditions):
-    held = sum(c.holds for c in conditions)
-    return "reproduced" if held == len(conditions) else "not reproduced" if held == 0 else "partly"
+    decided = [c.holds for c in conditions if c.holds is not None]
+    if not decided:
+        return "inconclusive"
+    return "reproduced" if all(decided) else "not reproduced" if not any(decided) else "partly"
 
 
 class Tables:
@@ -71,27 +80,37 @@ class Tables:
         folder = Path(folder)
         if not (folder / "scores.csv").is_file():
             fail(f"no analysis at {folder} (scores.csv missing): run the runner, or its analysis, first")
+        if not (folder / "runs.csv").is_file():
+            fail(f"no analysis at {folder} (runs.csv missing): run the runner, or its analysis, first")
         self.folder = folder
         self.scores = pd.read_csv(folder / "scores.csv")
         self.runs = pd.read_csv(folder / "runs.csv")
 
     def final(self, **where):
-        """Final scores, one per run (seed), of the rows matching where (column=value as text)."""
-        rows = self.scores
-        for column, value in where.items():
-            rows = rows[rows[column].astype(str) == str(value)]
+        """Final scores, one per run (seed), of the rows matching where (column=value)."""
+        rows = select(self.scores, where)
         if rows.empty:
             fail(f"{self.folder}/scores.csv has no run with {where}")
         return rows.sort_values("seed").final.to_numpy()
 
     def curves(self, tag, **where):
         """{seed: (x, value)} of `tag` for the runs matching where."""
-        rows = self.runs[self.runs.tag == tag]
-        for column, value in where.items():
-            rows = rows[rows[column].astype(str) == str(value)]
+        rows = select(self.runs[self.runs.tag == tag], where)
         if rows.empty:
             fail(f"{self.folder}/runs.csv has no {tag} curve with {where}")
         return {seed: (g.x.to_numpy(), g.value.to_numpy()) for seed, g in rows.groupby("seed")}
+
+
+def select(frame, where):
+    """The rows whose columns equal where's values: as numbers where both are numbers (8 matches 8.0), else as text."""
+    for column, value in where.items():
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        try:
+            matched = numbers == float(value)
+        except (TypeError, ValueError):
+            matched = frame[column].astype(str) == str(value)
+        frame = frame[matched]
+    return frame
 
 
 def window_mean(curves, start, stop):
@@ -119,18 +138,22 @@ def claim_1(out_dir):
     norms = Tables(Path(out_dir) / "step_sizes" / "analysis_update_norm")
     switch = Tables(Path(out_dir) / "switch" / "analysis")
     steps = int(sizes.runs.x.max())
-    half, switch_step = steps // 2, int(switch.runs.x.max()) // 2
+    half = steps // 2
+    switch_step = int(pd.to_numeric(switch.scores["switch-step"]).max()) if "switch-step" in switch.scores else \
+        int(switch.runs.x.max()) // 2
     final = {eta: -sizes.final(subrun=f"eta_{eta}") for eta in ("0.01", "0.1", "0.3")}  # distances
     conditions = [greater(final["0.1"], final["0.01"], "eta 0.1", "eta 0.01", "final distance to the optimum"),
                   greater(final["0.3"], final["0.1"], "eta 0.3", "eta 0.1", "final distance to the optimum")]
     loss = sizes.curves("charts/neg_distance", subrun="eta_0.3")
+    if not all((x == 0).any() for x, _ in loss.values()):
+        fail(f"{sizes.folder}/runs.csv has no point at step 0: analyse with --points >= the steps + 1, as noisy_sgd.sh does")
     initial = -np.mean([v[x == 0][0] for x, v in loss.values()])
     gain = window_mean(loss, half + steps // 4, steps + 1) - window_mean(loss, half, half + steps // 4)
     late_norm = {eta: window_mean(norms.curves("charts/update_norm", subrun=f"eta_{eta}"), half, steps)
                  for eta in ("0.01", "0.3")}
     ratio = late_norm["0.3"].mean() / late_norm["0.01"].mean()
     conditions.append(Condition(
-        "eta 0.3 stagnates over the second half while its updates stay >= 10x those of eta 0.01",
+        "eta 0.3 stagnates over the second half while its updates stay >= 10x those of eta 0.01 (means, thresholds)",
         bool(gain.mean() < 0.01 * initial and ratio >= 10),
         f"-||x|| gained {gain.mean():.4f} from steps {half}-{half + steps // 4} to {half + steps // 4}-{steps} "
         f"(1% of the initial distance: {0.01 * initial:.4f}); update norm over the second half {late_norm['0.3'].mean():.4f} "
@@ -139,7 +162,7 @@ def claim_1(out_dir):
     at_switch = -window_mean(switched, switch_step - switch_step // 10, switch_step)
     end = -switch.final(subrun="eta_0.3_to_0.001")
     conditions.append(Condition(
-        "switching 0.3 -> 0.001 mid-run halves the distance at the switch",
+        "switching 0.3 -> 0.001 mid-run halves the distance at the switch (means, threshold)",
         bool(end.mean() < 0.5 * at_switch.mean()),
         f"distance at the switch (steps {switch_step - switch_step // 10}-{switch_step}) {at_switch.mean():.4f}, "
         f"final {end.mean():.4f}"))
@@ -148,6 +171,14 @@ def claim_1(out_dir):
                Path(out_dir) / "step_sizes" / "analysis_update_norm" / "curves.png",
                Path(out_dir) / "switch" / "analysis" / "curves.png"]
     return conditions, figures
+
+
+def figures(out_dir, grid, names, envs):
+    """The figures `names` of a grid's analysis, per env where the runner drew them apart (analysis_<env>/)."""
+    folders = [Path(out_dir) / grid / f"analysis_{env}" for env in envs]
+    if not all(f.is_dir() for f in folders):
+        folders = [Path(out_dir) / grid / "analysis"]
+    return [folder / name for folder in folders for name in names]
 
 
 def by_game(tables):
@@ -161,16 +192,17 @@ def claim_7(out_dir):
 
     Settings: SCALE=small is ppo_ewma_jax on MinAtar (the runner's top); the batch N_envs x N_RO = 1024 is held fixed
     from the default 8 x 128 to 16 x 64 and 32 x 32 at a fixed budget. Conditions, per env: the final return of
-    32 x 32 is higher than that of 8 x 128, and so is that of 16 x 64."""
+    32 x 32 is higher than that of 8 x 128, and so is that of 16 x 64 (at SCALE=paper: every config with more than
+    the default's 8 envs against 8 x 128)."""
     tables = Tables(Path(out_dir) / "fixed_batch" / "analysis")
-    envs = sorted(tables.scores["num-envs"].astype(int).unique())
-    base, conditions = envs[0], []
+    rows = tables.scores.assign(n=pd.to_numeric(tables.scores["num-envs"]), t=pd.to_numeric(tables.scores["num-steps"]))
+    base = int(rows[rows.t == 128].n.min())  # the default 8 x 128, against every config with more envs
+    conditions = []
     for env in by_game(tables):
-        for n in reversed(envs[1:]):
+        for n in sorted(rows[rows.n > base].n.unique().astype(int), reverse=True):
             conditions.append(greater(tables.final(env=env, **{"num-envs": n}), tables.final(env=env, **{"num-envs": base}),
                                       f"{n} envs", f"{base} envs", f"{env}, final return at a fixed batch"))
-    return conditions, [Path(out_dir) / "fixed_batch" / "analysis" / "final_vs_flag.png",
-                        Path(out_dir) / "fixed_batch" / "analysis" / "curves.png"]
+    return conditions, figures(out_dir, "fixed_batch", ["curves.png", "final_vs_flag.png"], by_game(tables))
 
 
 def claim_8(out_dir):
@@ -180,15 +212,16 @@ def claim_8(out_dir):
     length (8 envs x 128k steps), at a fixed budget. Conditions, per env and k: growing through N_envs ends with a
     higher return than growing through the rollout length."""
     tables = Tables(Path(out_dir) / "grow" / "analysis")
-    rows = tables.scores.assign(n=tables.scores["num-envs"].astype(int), t=tables.scores["num-steps"].astype(int))
-    base_n, base_t = rows.n.min(), rows.t.min()
+    rows = tables.scores.assign(n=pd.to_numeric(tables.scores["num-envs"]), t=pd.to_numeric(tables.scores["num-steps"]))
+    base_t = int(rows.t.min())
+    base_n = int(rows[rows.t > base_t].n.min())  # the rollout arm's envs: the default's 8
     conditions = []
     for env in by_game(tables):
-        for k in sorted(set(rows.n // base_n) & set(rows.t // base_t) - {1}):
+        for k in sorted(set(rows.n // base_n) & set(rows.t // base_t) - {0, 1}):
             conditions.append(greater(tables.final(env=env, **{"num-envs": base_n * k, "num-steps": base_t}),
                                       tables.final(env=env, **{"num-envs": base_n, "num-steps": base_t * k}),
                                       f"{base_n * k} x {base_t}", f"{base_n} x {base_t * k}", f"{env}, final return, batch x{k}"))
-    return conditions, [Path(out_dir) / "grow" / "analysis" / "curves.png"]
+    return conditions, figures(out_dir, "grow", ["curves.png"], by_game(tables))
 
 
 def claim_9(out_dir):
@@ -206,9 +239,9 @@ def claim_9(out_dir):
         conditions.append(greater(final(8, 4), final(8, 8), "8 envs, 4 epochs", "8 envs, 8 epochs", f"{env}, final return"))
         conditions.append(greater(final(16, 8), final(8, 8), "16 envs, 8 epochs", "8 envs, 8 epochs", f"{env}, final return"))
         a, b = final(16, 8), final(8, 4)
-        conditions.append(Condition(f"{env}, final return: 16 envs with 8 epochs >= 8 envs with 4 epochs (means)",
+        conditions.append(Condition(f"{env}, final return: 16 envs with 8 epochs >= 8 envs with 4 epochs (means, no CI)",
                                     bool(a.mean() >= b.mean()), f"{a.mean():.4g} vs {b.mean():.4g} (n = {len(a)}, {len(b)})"))
-    return conditions, [Path(out_dir) / "epochs" / "analysis" / "curves.png"]
+    return conditions, figures(out_dir, "epochs", ["curves.png", "final_vs_flag.png"], by_game(tables))
 
 
 # Fig. 3's metrics, and the direction more envs move each in (data-collection §5.1)
@@ -219,12 +252,13 @@ FIG3 = {"dynamics/feature_rank": "higher", "dynamics/dormant_pct": "lower", "dyn
 def claim_10(out_dir):
     """Data-collection Fig. 3, runner atari10_nenvs.sh (grid grow, its N_envs arm at 128 steps).
 
-    Conditions, per env and metric: the mean over the second half of training of the run with the most envs is
-    higher (feature rank) or lower (dormant %, weight norm, gradient kurtosis) than that of 8 envs."""
+    Conditions, per env and metric: the mean over the second half of training of the runs with the most envs is
+    higher (feature rank) or lower (dormant %, weight norm, gradient kurtosis) than that of the default's 8 envs."""
     tables = Tables(Path(out_dir) / "grow" / "analysis")
-    rows = tables.scores.assign(n=tables.scores["num-envs"].astype(int), t=tables.scores["num-steps"].astype(int))
+    rows = tables.scores.assign(n=pd.to_numeric(tables.scores["num-envs"]), t=pd.to_numeric(tables.scores["num-steps"]))
     base_t = rows.t.min()
-    few, most = rows[rows.t == base_t].n.min(), rows[rows.t == base_t].n.max()
+    few = rows[rows.t > base_t].n.min()  # the rollout arm's envs: the default's 8
+    most = rows[rows.t == base_t].n.max()
     conditions = []
     for env in by_game(tables):
         for tag, direction in FIG3.items():
@@ -262,14 +296,19 @@ CLAIMS = {
 def report(number, out_dir):
     """(markdown, json-able dict, figures) of one claim's verdict on the grids under out_dir."""
     source, claim, command, check = CLAIMS[number]
-    conditions, figures = check(out_dir)
+    conditions, drawn = check(out_dir)
     result = verdict(conditions)
     lines = [f"### Claim {number} ({source}): {result.upper()}\n", f"{claim}.\n", f"Command: `{command}`\n",
              "| condition | holds | numbers |", "|---|---|---|"]
-    lines += [f"| {c.what} | {'yes' if c.holds else 'no'} | {c.numbers} |" for c in conditions]
+
+    def cell(text):  # ||x|| inside a markdown table
+        return text.replace("|", "\\|")
+
+    word = {True: "yes", False: "no", None: "inconclusive"}
+    lines += [f"| {cell(c.what)} | {word[c.holds]} | {cell(c.numbers)} |" for c in conditions]
     data = {"claim": number, "source": source, "verdict": result, "command": command,
             "conditions": [c.__dict__ for c in conditions]}
-    return "\n".join(lines) + "\n", data, [f for f in figures if f.is_file()]
+    return "\n".join(lines) + "\n", data, [f for f in drawn if f.is_file()]
 
 
 def main(argv=None):
@@ -293,7 +332,8 @@ def main(argv=None):
         for figure in figures:  # step_sizes/analysis/curves.png -> step_sizes_curves.png
             name = f"{figure.parent.parent.name}_{figure.parent.name.removeprefix('analysis').strip('_') or ''}".rstrip("_")
             name = f"{name}_{figure.name}"
-            shutil.copy(figure, dest / name)
+            with Image.open(figure) as image:  # a 64-colour palette: a line plot looks the same at a quarter of the bytes
+                image.convert("RGB").quantize(colors=64).save(dest / name, optimize=True)
             names.append(name)
         (dest / "verdict.md").write_text(text + "\n" + "".join(f"![{n}]({n})\n" for n in names))
         (dest / "verdict.json").write_text(json.dumps(data, indent=1, default=float))

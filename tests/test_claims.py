@@ -2,6 +2,7 @@
 whose answer is known (every condition met, one broken, all broken), read through the same files analyze.py
 writes. The end-to-end run of a claim's runner at SMOKE size is test_grid.py's smoke runner test."""
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -36,6 +37,11 @@ def test_verdict_words():
     assert claims.verdict([yes, yes]) == "reproduced"
     assert claims.verdict([yes, no]) == "partly"
     assert claims.verdict([no, no]) == "not reproduced"
+
+
+def numbers(text):
+    """The numbers in a condition's text, in order."""
+    return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", text)]
 
 
 def write_analysis(folder, scores, runs):
@@ -93,3 +99,68 @@ def test_a_claim_without_its_analysis_is_a_one_line_error(tmp_path, capsys):
     with pytest.raises(SystemExit):
         claims.main(["99", str(tmp_path)])
     assert "claim must be one of" in capsys.readouterr().err
+
+
+def test_a_condition_where_nothing_varies_is_inconclusive_and_left_out_of_the_verdict():
+    same = claims.greater([0.0, 0.0, 0.0], [0.0, 0.0], "a", "b")
+    assert same.holds is None and "every run the same value" in same.numbers
+    yes = claims.Condition("", True, "")
+    assert claims.verdict([yes, same]) == "reproduced" and claims.verdict([same]) == "inconclusive"
+
+
+def test_selection_matches_numbers_whatever_their_text():
+    frame = pd.DataFrame({"num-envs": [8.0, 16.0, np.nan], "subrun": ["eta_0.1", "eta_0.3", "x"]})
+    assert len(claims.select(frame, {"num-envs": 8})) == 1  # 8 matches 8.0 (a column with a NaN reads as float)
+    assert list(claims.select(frame, {"subrun": "eta_0.3"})["num-envs"]) == [16.0]
+
+
+def data_collection_grid(out, grid, configs, final, dynamics=None, envs=("Game-A", "Game-B"), seeds=(1, 2, 3)):
+    """A grid's analysis whose final score is final(n, t, epochs) plus seed noise of 0.01, and whose dynamics/ tags
+    are dynamics(n)[tag] along 10 points."""
+    rng = np.random.default_rng(0)
+    scores, runs = [], []
+    for env in envs:
+        for n, t, e in configs:
+            for seed in seeds:
+                run = f"{env}-{n}x{t}-e{e}-s{seed}"
+                scores.append({"run": run, "env": env, "seed": seed, "num-envs": n, "num-steps": t, "update-epochs": e,
+                               "final": final(n, t, e) + 0.01 * rng.standard_normal()})
+                for tag, value in (dynamics(n) if dynamics else {}).items():
+                    runs += [{"run": run, "seed": seed, "tag": tag, "x": x, "value": value + 0.01 * rng.standard_normal()}
+                             for x in range(0, 1000, 100)]
+    write_analysis(out / grid / "analysis", scores, runs or [{"run": "", "seed": 0, "tag": "", "x": 0, "value": 0}])
+
+
+def test_claims_7_8_10_compare_against_the_default_8_envs_at_the_papers_scale(tmp_path):
+    # atari10_nenvs.sh at SCALE=paper: N_envs 1...64; more envs score higher, longer rollouts lower
+    nenvs = [1, 2, 4, 8, 16, 32, 64]
+    data_collection_grid(tmp_path, "fixed_batch", [(n, 1024 // n, 4) for n in nenvs], lambda n, t, e: np.log2(n))
+    fig3 = lambda n: {"dynamics/feature_rank": n, "dynamics/dormant_pct": -n, "dynamics/weight_norm": 100 - n,  # noqa: E731
+                      "dynamics/grad_kurtosis": 5 - n / 100}
+    data_collection_grid(tmp_path, "grow", [(n, 128, 4) for n in nenvs] + [(8, t, 4) for t in (256, 512, 1024)],
+                         lambda n, t, e: np.log2(n) - 0.1 * np.log2(t), fig3)
+    data = claims.main(["7", str(tmp_path)])
+    assert data["verdict"] == "reproduced"
+    assert [c["what"].split(": ")[1] for c in data["conditions"][:3]] == ["64 envs > 8 envs", "32 envs > 8 envs", "16 envs > 8 envs"]
+    assert numbers(data["conditions"][0]["numbers"])[:4] == pytest.approx([64, 6, 8, 3], abs=0.05)  # log2(64), log2(8)
+    data = claims.main(["8", str(tmp_path)])
+    assert data["verdict"] == "reproduced" and len(data["conditions"]) == 2 * 3  # k = 2, 4, 8 per game
+    assert data["conditions"][2]["what"].endswith("64 x 128 > 8 x 1024")
+    data = claims.main(["10", str(tmp_path)])
+    assert data["verdict"] == "reproduced" and len(data["conditions"]) == 2 * 4
+    assert "64 envs 64" in data["conditions"][0]["numbers"] and "8 envs 8" in data["conditions"][0]["numbers"]
+    # longer rollouts winning instead: claim 8 is not reproduced
+    data_collection_grid(tmp_path / "rollouts", "grow", [(n, 128, 4) for n in nenvs] + [(8, t, 4) for t in (256, 512, 1024)],
+                         lambda n, t, e: np.log2(t))
+    assert claims.main(["8", str(tmp_path / "rollouts")])["verdict"] == "not reproduced"
+
+
+def test_claim_9_epochs_hurt_at_few_envs_and_more_envs_recover_them(tmp_path):
+    configs = [(n, 128, e) for n in (8, 16) for e in (4, 8)] + [(8, 256, e) for e in (4, 8)]
+    data_collection_grid(tmp_path / "yes", "epochs", configs, lambda n, t, e: n / 8 - e / 8)  # (8,4) 0.5, (8,8) 0, (16,8) 1
+    data = claims.main(["9", str(tmp_path / "yes")])
+    assert data["verdict"] == "reproduced" and len(data["conditions"]) == 2 * 3
+    assert numbers(data["conditions"][2]["numbers"])[:2] == pytest.approx([1.0, 0.5], abs=0.05)
+    data_collection_grid(tmp_path / "partly", "epochs", configs, lambda n, t, e: n / 32 - e / 8)  # (16,8) 0.5-1 < (8,4)
+    data = claims.main(["9", str(tmp_path / "partly")])
+    assert data["verdict"] == "partly" and [c["holds"] for c in data["conditions"][:3]] == [True, True, False]

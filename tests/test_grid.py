@@ -345,6 +345,16 @@ def test_analysis_of_the_grid(grid):
     assert "Missing and failed" not in report
 
 
+def test_analysis_of_one_env_of_a_grid(grid, tmp_path, capsys):
+    out = grid[0]
+    one = analyze.main([str(out), "--reps", "200", "--points", "4", "--envs", "Breakout-v5", "--output", str(tmp_path / "a")])
+    assert list(one.runs) == [2, 2] and (tmp_path / "a" / "curves.png").is_file()
+    with pytest.raises(SystemExit) as exit_info:
+        analyze.main([str(out), "--envs", "Pong-v5", "--output", str(tmp_path / "b")])
+    assert exit_info.value.code == 2 and "--envs Pong-v5: no run of the grid has that env" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
 def test_fast_reader_equals_the_record_walk_on_real_event_files(grid, tmp_path):
     """The byte-level reader (tag bytes found in the whole file, each scalar read around them) returns exactly what
     parsing every record with TensorBoard's protobuf returns, and takes its fast path on what the scripts write

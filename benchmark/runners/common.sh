@@ -105,6 +105,13 @@ analyze() {
     "$PY" "$ROOT/benchmark/analyze.py" "$OUT_DIR/$name" "$@" || { echo "runner: grid $name: analysis exited $? (continuing)" >&2; FAILED=1; }
 }
 
+# analyze_each_env <grid name> <envs> <analysis flags...>: also one analysis per env, under $OUT_DIR/<grid name>/analysis_<env>
+# (MinAtar's games have no common scale: their figures are drawn apart)
+analyze_each_env() {
+    local name="$1" envs="$2"; shift 2
+    for env in $envs; do analyze "$name" --envs "$env" --output "$OUT_DIR/$name/analysis_$env" "$@"; done
+}
+
 # compare <name> "<grid> <grid> ..." <analysis flags...>: one analysis of several grids (the grid is a config column),
 # under $OUT_DIR/<name>/analysis
 compare() {
