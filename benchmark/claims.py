@@ -94,8 +94,14 @@ class Tables:
         return rows.sort_values("seed").final.to_numpy()
 
     def curves(self, tag, **where):
-        """{seed: (x, value)} of `tag` for the runs matching where."""
-        rows = select(self.runs[self.runs.tag == tag], where)
+        """{seed: (x, value)} of `tag` for the runs matching where (columns of runs.csv, or config columns of
+        scores.csv, whose runs are then looked up)."""
+        rows = self.runs[self.runs.tag == tag]
+        if all(column in rows for column in where):
+            rows = select(rows, where)
+        else:
+            keys = select(self.scores, where)[["run", "subrun"]].astype(str).agg("/".join, axis=1)
+            rows = rows[(rows.run.astype(str) + "/" + rows.subrun.astype(str)).isin(set(keys))]
         if rows.empty:
             fail(f"{self.folder}/runs.csv has no {tag} curve with {where}")
         return {seed: (g.x.to_numpy(), g.value.to_numpy()) for seed, g in rows.groupby("seed")}
@@ -171,6 +177,110 @@ def claim_1(out_dir):
                Path(out_dir) / "step_sizes" / "analysis_update_norm" / "curves.png",
                Path(out_dir) / "switch" / "analysis" / "curves.png"]
     return conditions, figures
+
+
+def late_mean(tables, tag, fraction=0.25, **where):
+    """Per run (seed), the mean of `tag` over the last `fraction` of its steps."""
+    curves = tables.curves(tag, **where)
+    return np.array([v[x >= x.max() - fraction * (x.max() - x.min())].mean() for x, v in curves.values()])
+
+
+def numeric(tables, column):
+    """The values of a config column as numbers, sorted."""
+    return sorted(pd.to_numeric(tables.scores[column]).unique())
+
+
+def claim_2(out_dir):
+    """Stagnation Fig. 1a / 5, runners com_eps.sh (first) and stag_fig5b_eps.sh (its OUT_DIR's sibling).
+
+    SCALE=small settings (common.sh's STAG_SMALL): PPO-EWMA on MinAtar SpaceInvaders at Table 2's 8 x 32 minibatch
+    structure, COM 4, 32, 256 at epsilon 0.2; plain PPO at epsilon 0.1, 0.2, 0.8; 5 seeds, 1M steps. Conditions:
+    1. weak regularisation by the COM: the final return at the highest COM is higher than at the lowest;
+    2. weak regularisation by epsilon: PPO's final return at epsilon 0.2 (Table 2's) is higher than at the largest."""
+    com = Tables(Path(out_dir).parent / "com_eps" / "com_eps" / "analysis")
+    eps = Tables(Path(out_dir) / "eps" / "analysis")
+    low, high = numeric(com, "ewma-com")[0], numeric(com, "ewma-com")[-1]
+    widest = numeric(eps, "clip-coef")[-1]
+    conditions = [greater(com.final(**{"ewma-com": high}), com.final(**{"ewma-com": low}), f"COM {high:g}", f"COM {low:g}",
+                          "PPO-EWMA final return"),
+                  greater(eps.final(**{"clip-coef": 0.2}), eps.final(**{"clip-coef": widest}), "epsilon 0.2",
+                          f"epsilon {widest:g}", "PPO final return")]
+    return conditions, [Path(out_dir).parent / "com_eps" / "com_eps" / "analysis" / "curves.png",
+                        Path(out_dir) / "eps" / "analysis" / "curves.png"]
+
+
+def claim_3(out_dir):
+    """Stagnation Fig. 2b-c, runner com_eps.sh (its analyses of losses/approx_kl, losses/grad_norm, charts/update_norm).
+
+    Conditions: over the last quarter of training, the lowest COM's runs have a larger KL from the behaviour policy,
+    a larger (raw) gradient norm and a larger per-iteration update norm than the highest COM's."""
+    grid = Path(out_dir) / "com_eps"
+    conditions = []
+    for tag in ("losses/approx_kl", "losses/grad_norm", "charts/update_norm"):
+        tables = Tables(grid / f"analysis_{tag.split('/')[1]}")
+        low, high = numeric(tables, "ewma-com")[0], numeric(tables, "ewma-com")[-1]
+        conditions.append(greater(late_mean(tables, tag, **{"ewma-com": low}), late_mean(tables, tag, **{"ewma-com": high}),
+                                  f"COM {low:g}", f"COM {high:g}", f"{tag} over the last quarter"))
+    return conditions, [grid / f"analysis_{name}" / "curves.png" for name in ("approx_kl", "grad_norm", "update_norm")]
+
+
+def claim_4(out_dir):
+    """Stagnation Fig. 3a, runner stag_fig3a_resume.sh (its comparison resume_all).
+
+    SCALE=small: COM 4 for 122 iterations, then each seed resumed with COM 4 (control) and 256 to 244. Conditions:
+    1. raising the COM resumes improvement: the resumed COM-256 runs end higher than the COM-4 runs did at the
+       plateau (the final return of the first 122 iterations);
+    2. and higher than the control that kept COM 4."""
+    tables = Tables(Path(out_dir) / "resume_all" / "analysis")
+    start = numeric(tables, "ewma-com")[0]
+    higher = numeric(tables, "ewma-com")[-1]
+    plateau = tables.final(grid=f"plateau_{start:g}")
+    raised = tables.final(grid=f"resume_{start:g}", **{"ewma-com": higher})
+    kept = tables.final(grid=f"resume_{start:g}", **{"ewma-com": start})
+    conditions = [greater(raised, plateau, f"resumed with COM {higher:g}", f"COM {start:g} at the plateau", "final return"),
+                  greater(raised, kept, f"resumed with COM {higher:g}", f"resumed with COM {start:g}", "final return")]
+    return conditions, [Path(out_dir) / "resume_all" / "analysis" / "curves.png"]
+
+
+def claim_5(out_dir):
+    """Stagnation Fig. 9, runner recipes.sh.
+
+    SCALE=small: base 32 envs x 128 steps, 32 minibatches, lr 3e-4; scaled to 128 envs (k = 4); 100 iterations,
+    3 seeds. Conditions, at the largest N_envs of the grid:
+    1. more-minibatches ends higher than bigger-minibatch (same lr);
+    2. bigger-minibatch degrades: it ends lower than the base config (the smallest N_envs)."""
+    tables = Tables(Path(out_dir) / "recipes" / "analysis")
+    base, most = numeric(tables, "num-envs")[0], numeric(tables, "num-envs")[-1]
+    more = tables.final(**{"num-envs": most, "scaling-recipe": "more-minibatches"})
+    bigger = tables.final(**{"num-envs": most, "scaling-recipe": "bigger-minibatch"})
+    start = tables.final(**{"num-envs": base, "scaling-recipe": "bigger-minibatch"})
+    conditions = [greater(more, bigger, f"more-minibatches at {most:g} envs", f"bigger-minibatch at {most:g} envs", "final return"),
+                  greater(start, bigger, f"the base {base:g} envs", f"bigger-minibatch at {most:g} envs", "final return")]
+    return conditions, [Path(out_dir) / "recipes" / "analysis" / "curves.png",
+                        Path(out_dir) / "recipes" / "analysis" / "final_vs_flag.png"]
+
+
+def claim_6(out_dir):
+    """Stagnation Fig. 8, runner ddr_budgets.sh.
+
+    SCALE=small: N_envs 16, 64 x epochs 2, 8 x minibatches 8, 32 at budgets of 250k and 1M steps, 2 seeds.
+    Conditions (a rank correlation and a comparison of means, not Welch CIs):
+    1. per budget, a higher median DDR goes with a higher best return: Spearman's rho over the runs > 0 with p < 0.05;
+    2. the optimum moves to a higher DDR with the budget (the paper's reading of Fig. 8): the config with the best mean
+       best return has a higher mean DDR at the largest budget than at the smallest."""
+    tables = Tables(Path(out_dir) / "ddr" / "analysis")
+    rows = tables.scores.assign(budget=pd.to_numeric(tables.scores["total-timesteps"]))
+    conditions, best_ddr = [], {}
+    for budget, group in rows.groupby("budget"):
+        rho, pvalue = scipy.stats.spearmanr(group.ddr, group.best)
+        conditions.append(Condition(f"budget {budget:.3g}: Spearman rho(median DDR, best return) > 0, p < 0.05",
+                                    bool(rho > 0 and pvalue < 0.05), f"rho {rho:.3f}, p {pvalue:.3g} over {len(group)} runs"))
+        means = group.groupby("config")[["ddr", "best"]].mean()
+        best_ddr[budget] = (means.best.idxmax(), means.loc[means.best.idxmax(), "ddr"])
+    (small, (c_small, d_small)), (large, (c_large, d_large)) = min(best_ddr.items()), max(best_ddr.items())
+    conditions.append(Condition("the best config's DDR rises with the budget (means)", bool(d_large > d_small),
+                                f"budget {small:.3g}: {c_small}, DDR {d_small:.4g}; budget {large:.3g}: {c_large}, DDR {d_large:.4g}"))
+    return conditions, [Path(out_dir) / "ddr" / "analysis" / "ddr.png"]
 
 
 def figures(out_dir, grid, names, envs):
@@ -280,6 +390,17 @@ CLAIMS = {
     1: ("stagnation paper, Fig. 1b / 2a / 3b",
         "noisy SGD: a larger step size plateaus at a higher loss with large updates; a smaller step size mid-run resumes the "
         "descent", "bash benchmark/runners/noisy_sgd.sh", claim_1),
+    2: ("stagnation paper, Fig. 1a / 5", "weak regularisation (a low COM under PPO-EWMA, a large epsilon under PPO) plateaus "
+        "lower than stronger regularisation", "SCALE=small bash benchmark/runners/com_eps.sh && "
+        "SCALE=small bash benchmark/runners/stag_fig5b_eps.sh", claim_2),
+    3: ("stagnation paper, Fig. 2b-c", "at the plateau of weak regularisation the KL, gradient norm and update norm stay large",
+        "SCALE=small bash benchmark/runners/com_eps.sh", claim_3),
+    4: ("stagnation paper, Fig. 3a", "resuming a plateaued low-COM run with a higher COM resumes improvement",
+        "SCALE=small bash benchmark/runners/stag_fig3a_resume.sh", claim_4),
+    5: ("stagnation paper, Fig. 9", "scaling N_envs with more-minibatches does better than bigger-minibatch (same lr), which "
+        "degrades", "SCALE=small bash benchmark/runners/recipes.sh", claim_5),
+    6: ("stagnation paper, Fig. 8", "a higher DDR goes with a higher best score, and the best DDR rises with the budget",
+        "SCALE=small bash benchmark/runners/ddr_budgets.sh", claim_6),
     7: ("data-collection paper, Fig. 1a",
         "at a fixed budget and a fixed batch, more envs with shorter rollouts beat fewer envs with longer rollouts",
         "SCALE=small bash benchmark/runners/atari10_nenvs.sh", claim_7),

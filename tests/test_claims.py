@@ -3,6 +3,7 @@ whose answer is known (every condition met, one broken, all broken), read throug
 writes. The end-to-end run of a claim's runner at SMOKE size is test_grid.py's smoke runner test."""
 import json
 import re
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -164,3 +165,71 @@ def test_claim_9_epochs_hurt_at_few_envs_and_more_envs_recover_them(tmp_path):
     data_collection_grid(tmp_path / "partly", "epochs", configs, lambda n, t, e: n / 32 - e / 8)  # (16,8) 0.5-1 < (8,4)
     data = claims.main(["9", str(tmp_path / "partly")])
     assert data["verdict"] == "partly" and [c["holds"] for c in data["conditions"][:3]] == [True, True, False]
+
+
+def stagnation_grid(folder, configs, final, curves=None, seeds=(1, 2, 3), extra=lambda config: {}):
+    """An analysis whose runs are configs (dicts of config columns) x seeds: final(config) plus seed noise, and per
+    tag of curves(config) a curve of 8 points at that value; scores also carry ddr and best (= final)."""
+    rng = np.random.default_rng(1)
+    scores, runs = [], []
+    for i, config in enumerate(configs):
+        for seed in seeds:
+            run = f"run{i}-s{seed}"
+            value = final(config) + 0.01 * rng.standard_normal()
+            scores.append({"run": run, "subrun": "", "env": "E", "seed": seed, **config, "final": value, "best": value,
+                           **extra(config)})
+            for tag, level in (curves(config) if curves else {}).items():
+                runs += [{"run": run, "subrun": "", "seed": seed, "tag": tag, "x": x, "value": level + 0.01 * rng.standard_normal()}
+                         for x in range(0, 800, 100)]
+    write_analysis(folder, scores, runs or [{"run": "", "subrun": "", "seed": 0, "tag": "", "x": 0, "value": 0}])
+
+
+def test_claims_2_and_3_weak_regularisation_plateaus_lower_with_large_updates(tmp_path):
+    coms = [{"ewma-com": c, "clip-coef": 0.2} for c in (4, 32, 256)]
+    stagnation_grid(tmp_path / "com_eps" / "com_eps" / "analysis", coms, lambda c: np.log(c["ewma-com"]))
+    stagnation_grid(tmp_path / "stag_fig5b_eps" / "eps" / "analysis", [{"clip-coef": e} for e in (0.1, 0.2, 0.8)],
+                    lambda c: -abs(c["clip-coef"] - 0.2))
+    data = claims.main(["2", str(tmp_path / "stag_fig5b_eps")])
+    assert data["verdict"] == "reproduced"
+    assert [c["what"] for c in data["conditions"]] == ["PPO-EWMA final return: COM 256 > COM 4",
+                                                      "PPO final return: epsilon 0.2 > epsilon 0.8"]
+    for tag in ("losses/approx_kl", "losses/grad_norm", "charts/update_norm"):  # all shrink with the COM
+        stagnation_grid(tmp_path / "com_eps" / "com_eps" / f"analysis_{tag.split('/')[1]}", coms, lambda c: 0.0,
+                        lambda c, tag=tag: {tag: 1.0 / c["ewma-com"]})
+    data = claims.main(["3", str(tmp_path / "com_eps")])
+    assert data["verdict"] == "reproduced" and len(data["conditions"]) == 3
+    assert numbers(data["conditions"][0]["numbers"])[:4] == pytest.approx([4, 0.25, 256, 1 / 256], abs=0.01)
+
+
+def test_claim_4_resuming_with_a_higher_com(tmp_path):
+    configs = [{"grid": "plateau_4", "ewma-com": 4}, {"grid": "resume_4", "ewma-com": 4}, {"grid": "resume_4", "ewma-com": 256}]
+    folder = tmp_path / "resume_all" / "analysis"
+    stagnation_grid(folder, configs, lambda c: 2.0 if c["ewma-com"] == 256 else 1.0)
+    data = claims.main(["4", str(tmp_path)])
+    assert data["verdict"] == "reproduced"
+    assert data["conditions"][0]["what"] == "final return: resumed with COM 256 > COM 4 at the plateau"
+    shutil.rmtree(folder)
+    stagnation_grid(folder, configs, lambda c: 1.0)  # nothing moves
+    assert claims.main(["4", str(tmp_path)])["verdict"] == "not reproduced"
+
+
+def test_claim_5_more_minibatches_against_bigger_minibatch(tmp_path):
+    configs = [{"num-envs": n, "scaling-recipe": r} for n in (32, 128) for r in ("more-minibatches", "bigger-minibatch")]
+    stagnation_grid(tmp_path / "recipes" / "analysis", configs,
+                    lambda c: 1.0 if c["num-envs"] == 32 else 2.0 if c["scaling-recipe"] == "more-minibatches" else 0.5)
+    data = claims.main(["5", str(tmp_path)])
+    assert data["verdict"] == "reproduced"
+    assert [c["what"] for c in data["conditions"]] == [
+        "final return: more-minibatches at 128 envs > bigger-minibatch at 128 envs",
+        "final return: the base 32 envs > bigger-minibatch at 128 envs"]
+
+
+def test_claim_6_ddr_and_the_best_score(tmp_path):
+    configs = [{"config": f"n={n} e={e}", "total-timesteps": b, "num-envs": n, "update-epochs": e}
+               for b in (250000, 1000000) for n in (16, 64) for e in (2, 8)]
+    ddr = lambda c: c["num-envs"] * 100 / c["update-epochs"] * (2 if c["total-timesteps"] > 250000 else 1)  # noqa: E731
+    stagnation_grid(tmp_path / "ddr" / "analysis", configs, lambda c: np.log(ddr(c)), extra=lambda c: {"ddr": ddr(c)})
+    data = claims.main(["6", str(tmp_path)])
+    assert data["verdict"] == "reproduced" and len(data["conditions"]) == 3
+    assert "over 12 runs" in data["conditions"][0]["numbers"]
+    assert data["conditions"][2]["numbers"] == "budget 2.5e+05: n=64 e=2, DDR 3200; budget 1e+06: n=64 e=2, DDR 6400"

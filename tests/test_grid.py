@@ -495,7 +495,10 @@ def test_runners_expand_the_papers_grids(dry_runs, runner):
 
 
 # the runners with SCALE=small settings (benchmark/reproduce.md) and their unique runs: MinAtar's 2 games x 3 seeds
-SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 3 * 7, "atari10_epochs.sh": 2 * 3 * 6, "noisy_sgd.sh": 5 * (1 + 2)}
+# (stag_fig3a_resume's resumes need its plateau runs' checkpoints: a DRY_RUN lists the plateau runs only)
+SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 3 * 7, "atari10_epochs.sh": 2 * 3 * 6, "noisy_sgd.sh": 5 * (1 + 2),
+               "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 3, "recipes.sh": 2 * 2 * 3,
+               "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}
 
 
 @pytest.mark.parametrize("runner", sorted(SMALL_GRIDS))
@@ -508,7 +511,7 @@ def test_small_scale_grids(tmp_path, runner):
         assert all("MinAtar" in line and "ppo_ewma_jax.py" in line for line in lines)
 
 
-@pytest.mark.parametrize("runner, scale", [("recipes.sh", "small"), ("atari10_nenvs.sh", "gpu"), ("noisy_sgd.sh", "huge")])
+@pytest.mark.parametrize("runner, scale", [("lr_sensitivity.sh", "small"), ("atari10_nenvs.sh", "gpu"), ("noisy_sgd.sh", "huge")])
 def test_a_scale_a_runner_has_no_settings_for_is_refused(tmp_path, runner, scale):
     result = run_runner(runner, tmp_path, DRY_RUN="1", SCALE=scale)
     assert result.returncode == 2 and not (tmp_path / "out").exists()

@@ -27,5 +27,5 @@ COMMON=(--script $SCRIPT --env-ids $GAMES --seeds $SEEDS --fixed-budget --total-
 launch epochs "${COMMON[@]}" -- "${FLAGS[@]}" --update-epochs $EPOCHS --num-envs $NENVS --num-steps $STEPS
 launch epochs "${COMMON[@]}" -- "${FLAGS[@]}" --update-epochs $EPOCHS --num-envs $BASE_ENVS --num-steps $ROLLOUTS
 analyze epochs --x-flag num-envs "${TAG[@]}"
-[[ "$SCALE" == small ]] && analyze_each_env epochs "$GAMES" --x-flag num-envs "${TAG[@]}"
+if [[ "$SCALE" == small ]]; then analyze_each_env epochs "$GAMES" --x-flag num-envs "${TAG[@]}"; fi
 smoke || claim 9

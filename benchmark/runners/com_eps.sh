@@ -2,11 +2,23 @@
 # Stagnation Fig. 5a and 12b: PPO-EWMA's centre of mass (COM) against the clip epsilon on Kinetix locomotion
 # (ppo_ewma_jax.py at its Table 2 defaults), 3 seeds, 1000 iterations (the COM and epsilon values: this project's
 # choice); the analysis draws the COM x epsilon heatmap and the final solve rate against the COM.
+# Claims 2 (with stag_fig5b_eps.sh) and 3 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), 5 seeds,
+# COM 4, 32, 256 at epsilon 0.2 (PPO's proximal policy lags 127.5 minibatch steps on average at 8 x 32); the analyses
+# of losses/approx_kl, losses/grad_norm and charts/update_norm feed claim 3 (Fig. 2b-c). About 20 minutes.
 source "$(dirname "$0")/common.sh"
+supports small
 if smoke; then
     SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-envs 16 --num-steps 16 --num-minibatches 4); ITER=4; COMS="1 4"; EPS="0.1 0.2"
+elif [[ "$SCALE" == small ]]; then
+    SEEDS="1 2 3 4 5"; ENV=("${STAG_SMALL[@]}"); ITER=$STAG_SMALL_ITER; COMS="4 32 256"; EPS="0.2"
 else
     SEEDS="1 2 3"; ENV=(--env-id locomotion); ITER=1000; COMS="1 4 16 64 256"; EPS="0.05 0.1 0.2 0.3 0.5"
 fi
 launch com_eps --script ppo_ewma_jax --seeds $SEEDS --iterations $ITER -- "${ENV[@]}" --ewma-com $COMS --clip-coef $EPS
-analyze com_eps --heatmap ewma-com clip-coef --x-flag ewma-com $(smoke && echo --tag charts/episodic_return)
+analyze com_eps --heatmap ewma-com clip-coef --x-flag ewma-com $( [[ "$SCALE" == paper ]] || echo --tag charts/episodic_return)
+if [[ "$SCALE" == small ]]; then
+    for tag in losses/approx_kl losses/grad_norm charts/update_norm; do
+        analyze com_eps --x-flag ewma-com --tag "$tag" --no-dynamics --output "$OUT_DIR/com_eps/analysis_${tag#*/}"
+    done
+    claim 3
+fi

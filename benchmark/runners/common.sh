@@ -53,6 +53,13 @@ supports() {
     exit 2
 }
 
+# SCALE=small's task for the stagnation claims 2-6 (benchmark/reproduce.md; fixed before their runs): ppo_ewma_jax.py
+# on gymnax MinAtar SpaceInvaders with Table 2's hyper-parameters and minibatch structure (8 epochs x 32 minibatches,
+# 256 minibatch steps per iteration, lr 3e-4, gamma 0.995, lambda 0.9, clip 0.2, 3 x 256 tanh MLPs) on a batch of
+# 64 envs x 128 steps (8192; Table 2's is 2048 x 256); 122 iterations = 1M steps unless a runner says otherwise.
+STAG_SMALL=(--env-id SpaceInvaders-MinAtar --num-envs 64 --num-steps 128)
+STAG_SMALL_ITER=122
+
 # The setting of the SFL ablations (stagnation App. E): Table 3's 8192-env preset at size l, 3 seeds, 2e10 steps
 # (this project's budget); SMOKE: the tiny config, 1 seed, 2 updates. Sets SEEDS, BUDGET and CONFIG.
 sfl_ablation() {
