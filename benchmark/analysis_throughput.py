@@ -139,15 +139,16 @@ def main():
         read = re.search(r"read (\d+) values from [\d.]+ MiB of event files of \d+ runs in ([\d.]+) s", result.stdout)
         if not read or int(read.group(1)) != wanted:
             raise SystemExit(f"the analysis did not read every value of its tags ({wanted} written):\n{result.stdout[-2000:]}")
-        read_seconds = float(read.group(2))
+        # analyze.py prints milliseconds: a tiny grid can read in under one, so the rate is bounded by that resolution
+        read_seconds = max(float(read.group(2)), 1e-3)
         largest = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 2**20  # KiB -> GiB
         rate = written / read_seconds
         rest = seconds - read_seconds  # statistics, figures and report: grows with configs and points, not records
-        rows.append({"scale": scale, "records": written, "read_seconds": round(read_seconds, 1), "records_per_s": round(rate),
+        rows.append({"scale": scale, "records": written, "read_seconds": round(read_seconds, 3), "records_per_s": round(rate),
                      "rest_seconds": round(rest, 1), "largest_process_gib": round(largest, 2),
                      "bound_gib": round(largest * (1 + opts.jobs), 2),
                      "full_grid_minutes": round((full_records(opts) / rate + rest) / 60, 1)})
-        print(f"scale {scale}: read in {read_seconds:.1f} s ({rate:,.0f} records/s), {rest:.1f} s for the rest, largest process "
+        print(f"scale {scale}: read in {read_seconds:.3f} s ({rate:,.0f} records/s), {rest:.1f} s for the rest, largest process "
               f"{largest:.2f} GiB (bound {largest * (1 + opts.jobs):.2f} GiB); full grid at this rate: "
               f"{rows[-1]['full_grid_minutes']} min", flush=True)
         if not opts.keep:

@@ -707,7 +707,7 @@ def main(argv=None):
                    + "".join(f"| {n} | finished without logging `{tag}` | |\n" for n in silent)]
     report += [f"\n## {title}\n\n![{title}]({file})\n" for title, file in figures.items()]
     (out / "report.md").write_text("\n".join(report))
-    print(f"read {wanted} values from {nbytes / 2**20:.1f} MiB of event files of {len(done)} runs in {read_seconds:.1f} s; "
+    print(f"read {wanted} values from {nbytes / 2**20:.1f} MiB of event files of {len(done)} runs in {read_seconds:.3f} s; "
           f"wrote {out}/report.md, aggregate.csv, curves.csv, scores and runs tables and {len(figures)} figures"
           + (f"; {len(unfinished)} runs not finished (listed in report.md)" if unfinished else ""))
     return table
