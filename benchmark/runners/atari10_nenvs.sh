@@ -13,8 +13,10 @@
 # gamma 0.99, lambda 0.95, 4 epochs x 4 minibatches, clip 0.1, entropy 0.01) with an MLP of 2 x 256 tanh units in
 # place of the Nature CNN; fixed_batch 8 x 128, 16 x 64, 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512.
 # About 25 minutes on 2 CPU cores (2 workers; AMD EPYC, 2026-11-24).
+# SCALE=gpu: ppo_atari_envpool.py at its defaults on Phoenix and Qbert (Atari-10 games PPO improves on early), 3 seeds,
+# 1M steps per run, the SCALE=small configs (common.sh says how the gpu grids are sized).
 source "$(dirname "$0")/common.sh"
-supports small
+supports small gpu
 TAG=()
 if smoke; then
     SCRIPT=ppo_atari_envpool; GAMES="Breakout-v5"; SEEDS="1 2"; BUDGET=2048; NENVS="2 4"; STEPS=16; BATCH=32
@@ -24,6 +26,10 @@ elif [[ "$SCALE" == small ]]; then
     STEPS=128; BATCH=1024; ROLLOUTS="256 512"; BASE_ENVS=8; TAG=(--tag charts/episodic_return)
     FLAGS=(--hidden-size 256 --num-layers 2 --learning-rate 2.5e-4 --anneal-lr --gamma 0.99 --gae-lambda 0.95
            --update-epochs 4 --num-minibatches 4 --clip-coef 0.1)
+elif [[ "$SCALE" == gpu ]]; then
+    SCRIPT=ppo_atari_envpool; GAMES="Phoenix-v5 Qbert-v5"; SEEDS="1 2 3"; BUDGET=1000000; NENVS="8 16 32"; STEPS=128
+    BATCH=1024; ROLLOUTS="256 512"; BASE_ENVS=8; FLAGS=()
+    [[ -n "${LAUNCH_FLAGS:-}" ]] || LAUNCH_FLAGS="--workers 4"
 else
     SCRIPT=ppo_atari_envpool; GAMES="$ATARI10"; SEEDS="1 2 3 4 5"; BUDGET=100000000; NENVS="1 2 4 8 16 32 64"; STEPS=128
     BATCH=1024; ROLLOUTS="256 512 1024"; BASE_ENVS=8; FLAGS=()
@@ -36,7 +42,7 @@ launch grow "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs $NENVS --num-steps $STEPS
 launch grow "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs $BASE_ENVS --num-steps $ROLLOUTS
 analyze fixed_batch --x-flag num-envs "${TAG[@]}"
 analyze grow --x-flag num-envs "${TAG[@]}"
-if [[ "$SCALE" == small ]]; then
+if reduced; then
     analyze_each_env fixed_batch "$GAMES" --x-flag num-envs "${TAG[@]}"
     analyze_each_env grow "$GAMES" --x-flag num-envs "${TAG[@]}"
 fi

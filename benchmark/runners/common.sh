@@ -60,6 +60,16 @@ supports() {
 STAG_SMALL=(--env-id SpaceInvaders-MinAtar --num-envs 64 --num-steps 128)
 STAG_SMALL_ITER=122
 
+# SCALE=gpu (claims 2-10, about one GPU-hour per runner on one H100 with 16 CPU cores): sized from throughputs assumed
+# before any GPU run, since no GPU has been lent to this project yet (benchmark/reproduce.md says so beside each
+# command): ppo_ewma_jax.py on Kinetix locomotion (size s) at Table 2's 2048 envs x 256 steps ~200k steps/s, one run at
+# a time (a JAX process takes most of the GPU's memory); ppo_atari_envpool.py ~2.5k steps/s a run, 4 runs at a time
+# (the Atari runners default to --workers 4). A GPU session measures them first and re-sizes, before any verdict.
+# reduced: the scales that test the claims (their verdicts and the analyses the verdicts read)
+reduced() { [[ "$SCALE" == small || "$SCALE" == gpu ]]; }
+# return_tag: the score of the CPU-sized tasks (CartPole, MinAtar: no solve rate); gpu and paper read the script's own
+return_tag() { if [[ "$SCALE" == smoke || "$SCALE" == small ]]; then echo --tag charts/episodic_return; fi; }
+
 # The setting of the SFL ablations (stagnation App. E): Table 3's 8192-env preset at size l, 3 seeds, 2e10 steps
 # (this project's budget); SMOKE: the tiny config, 1 seed, 2 updates. Sets SEEDS, BUDGET and CONFIG.
 sfl_ablation() {
