@@ -33,7 +33,8 @@ rollout length vary at a fixed budget); --iterations I gives each run I x batch 
 the script resolves it, recipes and presets included; noisy_sgd: I gradient steps).
 
 Local runs (--workers K) each get a 1/K share of the CPUs (affinity and thread-count variables)
-and, when CUDA_VISIBLE_DEVICES lists GPUs, one of them. --slurm submits the runs as a Slurm job
+and, when CUDA_VISIBLE_DEVICES lists GPUs, one of them; runs that share a GPU get
+XLA_PYTHON_CLIENT_PREALLOCATE=false unless the environment sets JAX's memory already. --slurm submits the runs as a Slurm job
 array through submitit (--slurm-* flags; --no-wait returns once submitted, and a later launch leaves a run that
 an earlier one's job still holds, as squeue lists it, to that job); --slurm-cluster debug/local runs that path
 here. A run of several processes (--slurm-nodes N --slurm-tasks-per-node G: ppo_kinetix_sfl over N nodes of G
@@ -467,6 +468,8 @@ def worker_resources(slot, workers):
     gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
     if gpus:
         env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+    if workers > max(len(gpus), 1) and not {"XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"} & set(os.environ):
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # runs share a GPU: JAX's first would take 75% of its memory
     return env, set(share)
 
 

@@ -2,6 +2,7 @@
 before anything runs, locking under two launchers at once, retries that keep logs and resume from checkpoints
 (after a kill, and after a Slurm-style preemption through submitit), the statistics against rliable and by hand,
 missing runs, noisy_sgd's sub-runs, per-config curves, the runners' grids and a SMOKE runner end to end."""
+import importlib.util
 import json
 import os
 import re
@@ -526,6 +527,25 @@ def test_a_scale_a_runner_has_no_settings_for_is_refused(tmp_path, runner, scale
     assert result.stderr.strip().splitlines()[-1] in (
         f"runner: {runner} has no SCALE={scale} settings (it has: smoke paper)",
         f"runner: SCALE must be smoke, small, paper or gpu (got {scale})")
+
+
+def test_local_runs_sharing_a_gpu_do_not_preallocate_its_memory(monkeypatch):
+    """JAX takes 75% of a GPU's memory in its first process; --workers 4 on one GPU would leave the other runs out of
+    memory. One GPU per worker, or the user's own setting, is left alone."""
+    spec = importlib.util.spec_from_file_location("launch", ROOT / "benchmark" / "launch.py")
+    launch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch)
+    for name in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert launch.worker_resources(1, 4)[0]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in launch.worker_resources(0, 1)[0]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    env = launch.worker_resources(1, 4)[0]
+    assert env["CUDA_VISIBLE_DEVICES"] == "1" and "XLA_PYTHON_CLIENT_PREALLOCATE" not in env
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.2")
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in launch.worker_resources(1, 4)[0]
 
 
 def test_runs_of_128_gpus_are_launched_on_slurm_only(tmp_path):
