@@ -4,19 +4,23 @@
 # choice); the analysis draws the COM x epsilon heatmap and the final solve rate against the COM.
 # Claims 2 (with stag_fig5b_eps.sh) and 3 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), 5 seeds,
 # COM 4, 32, 256 at epsilon 0.2 (PPO's proximal policy lags 127.5 minibatch steps on average at 8 x 32); the analyses
-# of losses/approx_kl, losses/grad_norm and charts/update_norm feed claim 3 (Fig. 2b-c). About 20 minutes.
+# of losses/approx_kl, losses/grad_norm and charts/update_norm feed claim 3 (Fig. 2b-c). About 50 minutes (6.4 min a
+# run on each of 2 workers, AMD EPYC, 2026-11-25; over the 40 aimed at). SCALE=gpu: Kinetix locomotion at Table 2,
+# 3 seeds, the same COMs, 120 iterations (63M steps a run; common.sh says how the gpu grids are sized).
 source "$(dirname "$0")/common.sh"
-supports small
+supports small gpu
 if smoke; then
     SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-envs 16 --num-steps 16 --num-minibatches 4); ITER=4; COMS="1 4"; EPS="0.1 0.2"
 elif [[ "$SCALE" == small ]]; then
     SEEDS="1 2 3 4 5"; ENV=("${STAG_SMALL[@]}"); ITER=$STAG_SMALL_ITER; COMS="4 32 256"; EPS="0.2"
+elif [[ "$SCALE" == gpu ]]; then
+    SEEDS="1 2 3"; ENV=(--env-id locomotion); ITER=120; COMS="4 32 256"; EPS="0.2"
 else
     SEEDS="1 2 3"; ENV=(--env-id locomotion); ITER=1000; COMS="1 4 16 64 256"; EPS="0.05 0.1 0.2 0.3 0.5"
 fi
 launch com_eps --script ppo_ewma_jax --seeds $SEEDS --iterations $ITER -- "${ENV[@]}" --ewma-com $COMS --clip-coef $EPS
-analyze com_eps --heatmap ewma-com clip-coef --x-flag ewma-com $( [[ "$SCALE" == paper ]] || echo --tag charts/episodic_return)
-if [[ "$SCALE" == small ]]; then
+analyze com_eps --heatmap ewma-com clip-coef --x-flag ewma-com $(return_tag)
+if reduced; then
     for tag in losses/approx_kl losses/grad_norm charts/update_norm; do
         analyze com_eps --x-flag ewma-com --tag "$tag" --no-dynamics --output "$OUT_DIR/com_eps/analysis_${tag#*/}"
     done

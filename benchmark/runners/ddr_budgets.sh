@@ -3,8 +3,8 @@
 # colour per budget and config in the plot), over data per update (N_envs) and update sizes (epochs x minibatches);
 # PPO on Kinetix locomotion, 3 seeds. The grid and budgets are this project's choice.
 # Claim 6 of benchmark/reproduce.md. SCALE=small: SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's task) with 128-step
-# rollouts, 2 seeds, N_envs 16 and 64 x epochs 2 and 8 x minibatches 8 and 32, budgets 250k and 1M steps. About 25
-# minutes. SCALE=gpu: Kinetix locomotion at Table 2's 256 steps, 2 seeds, N_envs 512 and 2048 x the same epochs and
+# rollouts, 2 seeds, N_envs 16 and 64 x epochs 2 and 8 x minibatches 8 and 32, budgets 250k and 1M steps. About 30-60
+# minutes (estimated from com_eps.sh's measured 6.4 min a 1M-step run on each of 2 workers, AMD EPYC, 2026-11-25). SCALE=gpu: Kinetix locomotion at Table 2's 256 steps, 2 seeds, N_envs 512 and 2048 x the same epochs and
 # minibatches, budgets 10M and 40M steps.
 source "$(dirname "$0")/common.sh"
 supports small gpu

@@ -4,7 +4,7 @@
 # hybrid (b = 2) starts at 2x: a = k / b must be a whole number of times the base minibatches.
 # Claim 5 of benchmark/reproduce.md. SCALE=small: SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's task), 3 seeds,
 # 100 iterations, base 32 envs x 128 steps with 32 minibatches, scaled to 128 envs (k = 4) by more-minibatches and by
-# bigger-minibatch (the hybrid and sqrt-lr recipes are left out at this scale). About 15 minutes. SCALE=gpu: Kinetix
+# bigger-minibatch (the hybrid and sqrt-lr recipes are left out at this scale). About 50 minutes (estimated from com_eps.sh's measured 6.4 min a 1M-step run on each of 2 workers, AMD EPYC, 2026-11-25). SCALE=gpu: Kinetix
 # locomotion at Table 2, 3 seeds, 80 iterations, base 1024 envs x 256 steps with 32 minibatches, scaled to 4096 envs
 # the same two ways.
 source "$(dirname "$0")/common.sh"

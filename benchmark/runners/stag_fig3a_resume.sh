@@ -5,7 +5,7 @@
 # (resume_all: a curve per starting COM x new COM, as the paper's legend "COM (starting COM)"). Kinetix locomotion,
 # 5 seeds; the COMs and lengths are this project's choice.
 # Claim 4 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), 3 seeds, COM 4 for 122 iterations (1M
-# steps), then resumed with COM 4 (the control) and 256 to 244 iterations. About 15 minutes. SCALE=gpu: Kinetix
+# steps), then resumed with COM 4 (the control) and 256 to 244 iterations. About 35 minutes (estimated from com_eps.sh's measured 6.4 min a 1M-step run on each of 2 workers, AMD EPYC, 2026-11-25). SCALE=gpu: Kinetix
 # locomotion at Table 2, 3 seeds, COM 4 for 100 iterations, resumed with COM 4 and 256 to 200.
 source "$(dirname "$0")/common.sh"
 supports small gpu

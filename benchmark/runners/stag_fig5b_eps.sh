@@ -3,8 +3,9 @@
 # iterations; too large an epsilon plateaus early. The epsilon values are this project's choice.
 # Claim 2 of benchmark/reproduce.md, with com_eps.sh's grid (run that runner first, with the same OUT_DIR's parent:
 # claim 2 reads grids/com_eps and grids/stag_fig5b_eps). SCALE=small: STAG_SMALL (common.sh), 5 seeds, epsilon 0.1,
-# 0.2, 0.8. About 20 minutes. SCALE=gpu: Kinetix locomotion at Table 2, 3 seeds, epsilon 0.1, 0.2, 0.8, 120
-# iterations (63M steps a run; common.sh says how the gpu grids are sized).
+# 0.2, 0.8. About 50 minutes (com_eps.sh's 6.4 min a run on each of 2 workers; over the 40 aimed at). SCALE=gpu:
+# Kinetix locomotion at Table 2, 3 seeds, epsilon 0.1, 0.2, 0.8, 120 iterations (63M steps a run; common.sh says how
+# the gpu grids are sized).
 source "$(dirname "$0")/common.sh"
 supports small gpu
 if smoke; then
