@@ -155,10 +155,14 @@ def main():
             shutil.rmtree(out, ignore_errors=True)
     if len(rows) > 1:  # the marginal rate between the two largest scales leaves out per-run and start-up costs
         a, b = rows[-2], rows[-1]
-        marginal = (b["records"] - a["records"]) / max(b["read_seconds"] - a["read_seconds"], 1e-9)
-        full = b["read_seconds"] + (full_records(opts) - b["records"]) / marginal + b["rest_seconds"]
-        print(f"marginal rate between scales {a['scale']} and {b['scale']}: {marginal:,.0f} records/s; "
-              f"full grid: {full / 60:.1f} min")
+        if b["read_seconds"] - a["read_seconds"] < 0.01:  # within the timer's resolution: no rate to extrapolate
+            print(f"marginal rate between scales {a['scale']} and {b['scale']}: not resolved (read times "
+                  f"{a['read_seconds']} and {b['read_seconds']} s); use larger --scale values")
+        else:
+            marginal = (b["records"] - a["records"]) / (b["read_seconds"] - a["read_seconds"])
+            full = b["read_seconds"] + (full_records(opts) - b["records"]) / marginal + b["rest_seconds"]
+            print(f"marginal rate between scales {a['scale']} and {b['scale']}: {marginal:,.0f} records/s; "
+                  f"full grid: {full / 60:.1f} min")
     print(json.dumps({"machine": machine, "jobs": opts.jobs, "rows": rows}, indent=1))
 
 

@@ -2,6 +2,7 @@
 
     python benchmark/claims.py 1 grids/noisy_sgd               # prints the verdict, writes grids/noisy_sgd/claim_1.md/.json
     python benchmark/claims.py 1 grids/noisy_sgd --publish benchmark/reproduce   # and copies it with its figures there
+    python benchmark/claims.py 3 grids/gpu/com_eps --scale gpu                  # the verdict of a SCALE=gpu run
 
 Every claim is tested by conditions fixed before its runs (written here and at the top of its runner, and not
 changed after seeing results). Each condition is a comparison of the runs' numbers that holds, does not, or is
@@ -414,9 +415,10 @@ CLAIMS = {
 }
 
 
-def report(number, out_dir):
-    """(markdown, json-able dict, figures) of one claim's verdict on the grids under out_dir."""
+def report(number, out_dir, scale="small"):
+    """(markdown, json-able dict, figures) of one claim's verdict on the grids under out_dir, made at SCALE=scale."""
     source, claim, command, check = CLAIMS[number]
+    command = command.replace("SCALE=small", f"SCALE={scale}")
     conditions, drawn = check(out_dir)
     result = verdict(conditions)
     lines = [f"### Claim {number} ({source}): {result.upper()}\n", f"{claim}.\n", f"Command: `{command}`\n",
@@ -437,12 +439,14 @@ def main(argv=None):
     parser.add_argument("claim", type=int, help=f"the claim's number ({', '.join(map(str, CLAIMS))})")
     parser.add_argument("out_dir", help="the runner's OUT_DIR (its grids and their analysis folders)")
     parser.add_argument("--publish", metavar="DIR", help="also copy the verdict and its figures to DIR/claim_<n>/")
+    parser.add_argument("--scale", choices=["smoke", "small", "gpu", "paper"], default="small",
+                        help="the runner's SCALE, named in the verdict's command")
     opts = parser.parse_args(argv)
     if opts.claim not in CLAIMS:
         fail(f"claim must be one of {', '.join(map(str, CLAIMS))} (got {opts.claim})")
     if not Path(opts.out_dir).is_dir():
         fail(f"out_dir {opts.out_dir}: no such folder")
-    text, data, figures = report(opts.claim, opts.out_dir)
+    text, data, figures = report(opts.claim, opts.out_dir, opts.scale)
     out = Path(opts.out_dir)
     (out / f"claim_{opts.claim}.md").write_text(text)
     (out / f"claim_{opts.claim}.json").write_text(json.dumps(data, indent=1, default=float))

@@ -141,7 +141,8 @@ def test_claims_7_8_10_compare_against_the_default_8_envs_at_the_papers_scale(tm
     data_collection_grid(tmp_path, "grow", [(n, 128, 4) for n in nenvs] + [(8, t, 4) for t in (256, 512, 1024)],
                          lambda n, t, e: np.log2(n) - 0.1 * np.log2(t), fig3)
     data = claims.main(["7", str(tmp_path)])
-    assert data["verdict"] == "reproduced"
+    assert data["verdict"] == "reproduced" and data["command"] == "SCALE=small bash benchmark/runners/atari10_nenvs.sh"
+    assert claims.main(["7", str(tmp_path), "--scale", "gpu"])["command"] == "SCALE=gpu bash benchmark/runners/atari10_nenvs.sh"
     assert [c["what"].split(": ")[1] for c in data["conditions"][:3]] == ["64 envs > 8 envs", "32 envs > 8 envs", "16 envs > 8 envs"]
     assert numbers(data["conditions"][0]["numbers"])[:4] == pytest.approx([64, 6, 8, 3], abs=0.05)  # log2(64), log2(8)
     data = claims.main(["8", str(tmp_path)])

@@ -540,6 +540,8 @@ def test_local_runs_sharing_a_gpu_do_not_preallocate_its_memory(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert launch.worker_resources(1, 4)[0]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in launch.worker_resources(0, 1)[0]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")  # every GPU visible to every run: they may share one
+    assert launch.worker_resources(1, 2)[0]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     env = launch.worker_resources(1, 4)[0]
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and "XLA_PYTHON_CLIENT_PREALLOCATE" not in env

@@ -1,9 +1,11 @@
 # Sourced by every runner: where things go, how runs are launched, and the SMOKE switch.
-#   OUT_DIR       where the runner's grids, tables and figures go (default: grids/<runner name>)
+#   OUT_DIR       where the runner's grids, tables and figures go (default: grids/<runner name>; SCALE=gpu:
+#                 grids/gpu/<runner name>, apart from the small grids' runs and analyses)
 #   RUN_STORE     where runs live, shared by every runner so a run that several figures need runs once
 #                 (default: store/ beside OUT_DIR, i.e. grids/store)
-#   SCALE         the size of the grids: paper (default: the papers' sizes), small (what a 2-core CPU carries, <= 40
-#                 minutes per claim; benchmark/reproduce.md), gpu (about one GPU-hour per claim) or smoke (SMOKE=1)
+#   SCALE         the size of the grids: paper (default: the papers' sizes), small (what a 2-core CPU carries, 40
+#                 minutes per claim aimed at, up to about 70; benchmark/reproduce.md), gpu (about one GPU-hour per
+#                 runner, sized from assumed throughputs) or smoke (SMOKE=1)
 #   SMOKE=1       the same grids at a tiny size, minutes on a CPU (2 local workers unless LAUNCH_FLAGS says), analysis included
 #   PUBLISH       a folder (e.g. benchmark/reproduce) where the runner's claim verdicts are copied with their figures
 #   DRY_RUN=1     check the grids and print the commands only
@@ -15,7 +17,9 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PYTHON:-python}"
-OUT_DIR="${OUT_DIR:-grids/$(basename "$0" .sh)}"
+SCALE="${SCALE:-paper}"
+[[ "${SMOKE:-0}" == 1 ]] && SCALE=smoke
+OUT_DIR="${OUT_DIR:-grids/$([[ "$SCALE" == gpu ]] && echo gpu/)$(basename "$0" .sh)}"
 RUN_STORE="${RUN_STORE:-$(dirname "$OUT_DIR")/store}"
 ATARI10="Amidar-v5 Bowling-v5 Frostbite-v5 KungFuMaster-v5 Riverraid-v5 BattleZone-v5 DoubleDunk-v5 NameThisGame-v5 Phoenix-v5 Qbert-v5"
 FAILED=0
@@ -36,8 +40,6 @@ SFL_TINY=(--model mlp --env-size s --num-steps 16 --update-epochs 1 --sfl-update
           --num-eval-levels 4 --eval-num-attempts 1 --eval-every 2 --level-filter-pool 4)
 SFL_TINY8=("${SFL_TINY[@]}" --num-envs 8 --num-minibatches 2 --sfl-num-candidates 16 --sfl-buffer-size 4)
 
-SCALE="${SCALE:-paper}"
-[[ "${SMOKE:-0}" == 1 ]] && SCALE=smoke
 case "$SCALE" in
     smoke|small|paper|gpu) ;;
     *) echo "runner: SCALE must be smoke, small, paper or gpu (got $SCALE)" >&2; exit 2 ;;
@@ -62,8 +64,8 @@ STAG_SMALL_ITER=122
 
 # SCALE=gpu (claims 2-10, about one GPU-hour per runner on one H100 with 16 CPU cores): sized from throughputs assumed
 # before any GPU run, since no GPU has been lent to this project yet (benchmark/reproduce.md says so beside each
-# command): ppo_ewma_jax.py on Kinetix locomotion (size s) at Table 2's 2048 envs x 256 steps ~200k steps/s, one run at
-# a time (a JAX process takes most of the GPU's memory); ppo_atari_envpool.py ~2.5k steps/s a run, 4 runs at a time
+# command): ppo_ewma_jax.py on Kinetix locomotion (its default size m) at Table 2's 2048 envs x 256 steps ~200k
+# steps/s, one run at a time (one run fills the GPU); ppo_atari_envpool.py ~2.5k steps/s a run, 4 runs at a time
 # (the Atari runners default to --workers 4). A GPU session measures them first and re-sizes, before any verdict.
 # reduced: the scales that test the claims (their verdicts and the analyses the verdicts read)
 reduced() { [[ "$SCALE" == small || "$SCALE" == gpu ]]; }
@@ -146,6 +148,6 @@ compare() {
 claim() {
     dry_run && return 0
     if on_slurm && [[ "${ANALYZE_ONLY:-0}" != 1 ]]; then return 0; fi
-    "$PY" "$ROOT/benchmark/claims.py" "$1" "$OUT_DIR" ${PUBLISH:+--publish "$PUBLISH"} \
+    "$PY" "$ROOT/benchmark/claims.py" "$1" "$OUT_DIR" --scale "$SCALE" ${PUBLISH:+--publish "$PUBLISH"} \
         || { echo "runner: claim $1: verdict exited $? (continuing)" >&2; FAILED=1; }
 }
