@@ -498,14 +498,13 @@ def test_runners_expand_the_papers_grids(dry_runs, runner):
 # the runners with SCALE=small and gpu settings (benchmark/reproduce.md) and their unique runs: 2 games x 3 seeds for
 # the data-collection claims (stag_fig3a_resume's resumes need its plateau runs' checkpoints: a DRY_RUN lists the
 # plateau runs only); the task each scale's runs must name
-REDUCED_GRIDS = {"small": {"atari10_nenvs.sh": 2 * 3 * 7, "atari10_epochs.sh": 2 * 3 * 6, "noisy_sgd.sh": 5 * (1 + 2),
-                           "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 3, "recipes.sh": 2 * 2 * 3,
-                           "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2},
-                 "gpu": {"atari10_nenvs.sh": 2 * 3 * 7, "atari10_epochs.sh": 2 * 3 * 6, "noisy_sgd.sh": 5 * (1 + 2),
-                         "com_eps.sh": 3 * 3, "stag_fig5b_eps.sh": 3 * 3, "stag_fig3a_resume.sh": 3, "recipes.sh": 2 * 2 * 3,
-                         "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}}
+SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 3 * 7, "atari10_epochs.sh": 2 * 3 * 6, "noisy_sgd.sh": 5 * (1 + 2),
+               "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 3, "recipes.sh": 2 * 2 * 3,
+               "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}
+REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "com_eps.sh": 3 * 3, "stag_fig5b_eps.sh": 3 * 3}}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
-REDUCED_TASK = {("small", "atari"): r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar", ("small", "stag"): r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar",
+MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
+REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR,
                 ("gpu", "atari"): r"ppo_atari_envpool\.py .*--env-id (Phoenix|Qbert)-v5", ("gpu", "stag"): r"ppo_ewma_jax\.py (?!.*--env-id)"}
 
 
