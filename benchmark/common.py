@@ -76,9 +76,24 @@ def read_run(run_dir):
     return scalars, texts
 
 
+def describe_machine():
+    """The CPU model, its cores and the GPUs (nvidia-smi), e.g. "AMD EPYC 7B13, 2 cores, no GPU"."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpus = []
+    if shutil.which("nvidia-smi"):
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
+        gpus = [line.split(":", 1)[1].split("(")[0].strip() for line in listing.splitlines() if ":" in line]
+    return f"{cpu}, {os.cpu_count()} cores, " + (f"GPU: {', '.join(gpus)}" if gpus else "no GPU")
+
+
 def repeat_and_report(opts, measure, describe, label, machine=""):
     """Run `measure()` --repeats times, print every row and the median through `describe`; --json keeps them all."""
-    machine = machine or f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    machine = machine or describe_machine()
     rows = []
     for repeat in range(opts.repeats):
         rows.append(measure())
@@ -105,4 +120,4 @@ def update_wall_times(name, args, extra_env=None):
 def jax_machine():
     import jax
 
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__} on {jax.default_backend()}"
+    return f"{describe_machine()}, jax {jax.__version__} on {jax.default_backend()}"

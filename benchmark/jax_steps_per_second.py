@@ -48,7 +48,9 @@ def random_action_sps(module, args, scans):
 
 
 def train_sps(flags, iterations, batch):
-    ends, launched = update_wall_times(SCRIPT, [*flags, "--total-timesteps", batch * iterations, "--eval-every", 0])
+    # one iteration a call, so that each has its own TensorBoard wall time
+    ends, launched = update_wall_times(SCRIPT, [*flags, "--total-timesteps", batch * iterations, "--eval-every", 0,
+                                                "--fuse-iterations", 1])
     return batch / float(np.median(np.diff(ends))), ends[0] - launched
 
 

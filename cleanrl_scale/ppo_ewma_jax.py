@@ -16,8 +16,9 @@
 - the learning-dynamics metrics of the data-collection paper (App. B: feature rank, dormant %, weight
   norm, gradient kurtosis, ESS, policy variance), defined and tagged as in the torch scripts and
   computed inside the jitted update on a sample of the batch every --dynamics-every iterations.
-PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches; the host loop
-between iterations only logs, evaluates and checkpoints.
+PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of
+them scanned in one call (at small batches a call's host cost outweighs an iteration's compute); the
+host loop logs a call's stacked metrics while the next call runs, evaluates and checkpoints.
 """
 import json
 import math
@@ -38,13 +39,20 @@ import numpy as np
 import optax
 import tyro
 from flax.linen.initializers import constant, orthogonal
-from torch.utils.tensorboard import SummaryWriter
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.summary.writer import event_file_writer
 from tqdm import tqdm
 
 RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 ENV_SIZES = ("s", "m", "l")
 # flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
 STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers")
+# --fuse-iterations 0: iterations per jitted call until a call trains on this many transitions. Below it a call's
+# fixed host cost (dispatch, fetching and logging its metrics: ~5 ms on a 2-core CPU) outweighs its compute.
+FUSE_TRANSITIONS = 32_768
 
 
 @dataclass
@@ -136,6 +144,11 @@ class Args:
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
 
+    # Speed
+    fuse_iterations: int = 0
+    """iterations per jitted call (a lax.scan over iterations, metrics stacked and logged after the call); 0 = as many
+    as fill 32,768 transitions (at least 1); a call also ends at each evaluation and checkpoint"""
+
     # Checkpoints
     save_every: int = 0
     """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0 = never)"""
@@ -147,6 +160,29 @@ class Args:
     """the batch size (computed in runtime)"""
     num_iterations: int = 0
     """the number of iterations (computed in runtime)"""
+
+
+class SummaryWriter:
+    """The event files torch.utils.tensorboard.SummaryWriter writes (scalars as simple values, text for the text
+    plugin), through the tensorboard package's own EventFileWriter: importing torch only for them took ~1.2 s of every
+    run's start."""
+
+    def __init__(self, logdir):
+        self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
+
+    def add_scalar(self, tag, value, step):
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def add_text(self, tag, text):
+        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
+                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
+        summary = Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
+        self.file.add_event(Event(wall_time=time.time(), step=0, summary=summary))
+
+    def close(self):
+        self.file.close()
 
 
 class BadFlag(ValueError):
@@ -199,7 +235,7 @@ def resolve_args(args):
                  "dynamics_batch"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every"):
+    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every", "fuse_iterations"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for field in fields(args):  # inf and nan break every rule below without failing a comparison
@@ -255,6 +291,9 @@ def resolve_args(args):
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.fuse_iterations == 0:
+        args.fuse_iterations = max(1, FUSE_TRANSITIONS // args.batch_size)
+    args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             raise BadFlag(f"--resume {args.resume}: no such file")
@@ -711,7 +750,22 @@ def make_train(args, env):
         (_, _, _, solved, returns), _ = jax.lax.scan(body, init, jax.random.split(k_run, env.max_episode_steps))
         return solved.mean(), returns.mean()
 
-    return init, update, evaluate, schedule
+    def fused_update(runner, levels, measure, active):
+        """--fuse-iterations iterations in one call: a scan of `update` whose metrics come back stacked. An iteration
+        whose `active` is False leaves the runner as it is (a call that ends early, at an evaluation, a checkpoint or
+        the last iteration, has the same shapes and so the same compiled program)."""
+        shapes = jax.eval_shape(update, runner, levels, measure[0])[1]
+
+        def skipped(runner):
+            return runner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        def body(runner, x):
+            measure, active = x
+            return jax.lax.cond(active, lambda r: update(r, levels, measure), skipped, runner)
+
+        return jax.lax.scan(body, runner, (measure, active))
+
+    return init, fused_update, evaluate, schedule
 
 
 def save_checkpoint(path, runner, levels, iteration, global_step, train_seconds, args):
@@ -775,7 +829,7 @@ def main(args):
     if args.resume is None:
         levels = jax.jit(env.sample_levels)(k_levels)
         runner = jax.jit(init)(k_init, levels)
-    update = jax.jit(update, donate_argnums=0)
+    update = jax.jit(update, donate_argnums=0)  # --fuse-iterations iterations a call
     evaluate = jax.jit(evaluate)
     eval_rng = jax.random.PRNGKey(args.seed + 10_000)  # evaluation never draws from the training stream
     locomotion = args.env_id == "locomotion"
@@ -784,38 +838,69 @@ def main(args):
     progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step",
                     unit_scale=True, dynamic_ncols=True)
     start_time, start_step = time.time(), global_step
-    for iteration in range(start_iteration + 1, args.num_iterations + 1):
-        measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
-        runner, metrics = update(runner, levels, jnp.asarray(measure))
-        metrics = jax.device_get(metrics)
-        if not measure:
-            metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
-        global_step += args.batch_size
-        episodes = metrics.pop("episodes")
-        ret_sum, len_sum, solved = (metrics.pop(k) for k in ("episode_return_sum", "episode_length_sum", "episodes_solved"))
-        if episodes:
-            recent_returns.append(ret_sum / episodes)
-            writer.add_scalar("charts/episodic_return", ret_sum / episodes, global_step)
-            writer.add_scalar("charts/episodic_length", len_sum / episodes, global_step)
-            if locomotion:
-                writer.add_scalar("charts/episodic_solve_rate", solved / episodes, global_step)
-        for tag, value in metrics.items():
-            writer.add_scalar(tag, value, global_step)
-        writer.add_scalar("charts/ddr", args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12), global_step)
-        writer.add_scalar("charts/learning_rate", float(schedule(iteration * args.update_epochs * args.num_minibatches)), global_step)
-        if locomotion and args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations):
-            solve_rate, eval_return = jax.device_get(evaluate(runner.params, levels, jax.random.fold_in(eval_rng, iteration)))
-            writer.add_scalar("charts/solve_rate", solve_rate, global_step)
-            writer.add_scalar("charts/eval_return", eval_return, global_step)
-        if args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations):
-            os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
-            save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", runner, levels, iteration, global_step,
-                            train_seconds + time.time() - start_time, args)
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/SPS", sps, global_step)
-        writer.add_scalar("charts/train_seconds", train_seconds + time.time() - start_time, global_step)  # wall-clock x
-        progress.update(args.batch_size)
-        progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
+    logged_time = start_time  # when the metrics of the last logged call arrived
+    # the learning rate after each iteration, computed once here (a jax call in the loop would wait for the update)
+    counts = np.arange(args.num_iterations + 1) * args.update_epochs * args.num_minibatches
+    learning_rates = np.broadcast_to(np.asarray(schedule(counts)), counts.shape)
+
+    def log_call(first, last, measure, stacked):
+        """Log iterations first..last of one call, each at its own step. The call's wall time (from the previous call's
+        metrics to this one's) is shared evenly among its iterations."""
+        nonlocal global_step, logged_time
+        stacked = jax.device_get(stacked)  # waits for the call
+        now = time.time()
+        for i, iteration in enumerate(range(first, last + 1)):
+            metrics = {tag: value[i] for tag, value in stacked.items()}
+            if not measure[i]:
+                metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
+            global_step += args.batch_size
+            episodes = metrics.pop("episodes")
+            ret_sum, len_sum, solved = (metrics.pop(k) for k in ("episode_return_sum", "episode_length_sum", "episodes_solved"))
+            if episodes:
+                recent_returns.append(ret_sum / episodes)
+                writer.add_scalar("charts/episodic_return", ret_sum / episodes, global_step)
+                writer.add_scalar("charts/episodic_length", len_sum / episodes, global_step)
+                if locomotion:
+                    writer.add_scalar("charts/episodic_solve_rate", solved / episodes, global_step)
+            for tag, value in metrics.items():
+                writer.add_scalar(tag, value, global_step)
+            writer.add_scalar("charts/ddr", args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12), global_step)
+            writer.add_scalar("charts/learning_rate", learning_rates[iteration], global_step)
+            seconds = logged_time + (now - logged_time) * (i + 1) / (last - first + 1) - start_time
+            writer.add_scalar("charts/SPS", int((global_step - start_step) / seconds), global_step)
+            writer.add_scalar("charts/train_seconds", train_seconds + seconds, global_step)  # wall-clock x
+        logged_time = now
+        progress.update(args.batch_size * (last - first + 1))
+        progress.set_postfix(sps=int((global_step - start_step) / (now - start_time)),
+                             ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
+
+    iteration, pending = start_iteration, None
+    while iteration < args.num_iterations:
+        # this call's iterations: up to --fuse-iterations, ending at the next evaluation, checkpoint or the last one
+        last = min(iteration + args.fuse_iterations, args.num_iterations)
+        for every, applies in ((args.eval_every, locomotion), (args.save_every, True)):
+            if every and applies:
+                last = min(last, (iteration // every + 1) * every)
+        numbers = np.arange(iteration + 1, iteration + args.fuse_iterations + 1)
+        active = numbers <= last
+        measure = active & (args.dynamics_every > 0) & ((numbers % max(args.dynamics_every, 1) == 0) | (numbers == 1))
+        runner, stacked = update(runner, levels, jnp.asarray(measure), jnp.asarray(active))
+        if pending:  # the previous call's metrics are logged while this call computes (JAX dispatches asynchronously)
+            log_call(*pending)
+        pending, iteration = (iteration + 1, last, measure, stacked), last
+        evaluate_now = locomotion and args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations)
+        save_now = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)
+        if evaluate_now or save_now or iteration == args.num_iterations:
+            log_call(*pending)
+            pending = None
+            if evaluate_now:
+                solve_rate, eval_return = jax.device_get(evaluate(runner.params, levels, jax.random.fold_in(eval_rng, iteration)))
+                writer.add_scalar("charts/solve_rate", solve_rate, global_step)
+                writer.add_scalar("charts/eval_return", eval_return, global_step)
+            if save_now:
+                os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
+                save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", runner, levels, iteration, global_step,
+                                train_seconds + time.time() - start_time, args)
     progress.close()
     writer.close()
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_bad_input, load_script, read_values, run_copy, run_dirs, shared_runs
+from conftest import assert_bad_input, load_script, read_run, read_values, run_copy, run_dirs, shared_runs
 
 SCRIPT = "ppo_ewma_jax"
 # a tiny locomotion config: size s, few morphologies, envs and steps; 4 iterations, checkpoints at 2 and 4
@@ -248,8 +248,36 @@ def first_update_metrics(ewma, measure=False, **flags):
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
-    _, metrics = jax.jit(update)(init(jax.random.PRNGKey(1), levels), levels, jnp.asarray(measure))
-    return {tag: float(value) for tag, value in metrics.items()}
+    _, metrics = jax.jit(update)(init(jax.random.PRNGKey(1), levels), levels, jnp.asarray([measure]), jnp.asarray([True]))
+    return {tag: float(value[0]) for tag, value in metrics.items()}
+
+
+def test_fused_iterations_are_the_iterations_one_by_one(ewma):
+    """--fuse-iterations: K iterations in one call give the metrics and parameters of K calls of one iteration, and an
+    inactive iteration (a call that ends early) leaves the runner as it was."""
+    args = ewma.resolve_args(ewma.Args(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
+                                       update_epochs=2, total_timesteps=64 * 4))
+    env = ewma.make_env(args)
+    init, update, _, _ = ewma.make_train(args, env)
+    update = jax.jit(update)
+    levels = env.sample_levels(jax.random.PRNGKey(0))
+    start = init(jax.random.PRNGKey(1), levels)
+    measure = jnp.asarray([True, False, True])
+    fused, stacked = update(start, levels, measure, jnp.asarray([True, True, True]))
+    runner, one_by_one = start, []
+    for i in range(3):
+        runner, metrics = update(runner, levels, measure[i:i + 1], jnp.asarray([True]))
+        one_by_one.append(metrics)
+    for tag, values in stacked.items():
+        np.testing.assert_allclose(values, [float(m[tag][0]) for m in one_by_one], rtol=1e-5, atol=1e-7, err_msg=tag)
+    for a, b in zip(jax.tree.leaves(fused), jax.tree.leaves(runner)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert stacked["dynamics/feature_rank"][0] > 0 and stacked["dynamics/feature_rank"][1] == 0  # measured at 1 and 3
+    ended, partial = update(start, levels, measure, jnp.asarray([True, False, False]))
+    first, _ = update(start, levels, measure[:1], jnp.asarray([True]))
+    for a, b in zip(jax.tree.leaves(ended), jax.tree.leaves(first)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert float(partial["losses/approx_kl"][1]) == 0.0 and float(partial["losses/approx_kl"][0]) > 0
 
 
 def random_activations(rng, n, units, dead=0):
@@ -351,15 +379,37 @@ def cartpole_checkpoint(cartpole_tracked):
 
 def test_track_logs_to_wandb_offline_and_checkpoints_every_iteration(cartpole_tracked):
     assert list((cartpole_tracked / "wandb").glob("offline-run-*")), "wandb offline run missing"
+    # wandb's sync_tensorboard picked up the script's own TensorBoard writer (it patches tensorboard's EventFileWriter)
+    synced = b"".join(f.read_bytes() for f in (cartpole_tracked / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert b"losses/approx_kl" in synced and b"charts/episodic_return" in synced
     scalars, _ = read_values(run_dirs(cartpole_tracked)[0])
     assert all(len(scalars[tag]) == 1 for tag in DYNAMICS_TAGS)  # at iteration 1 of 2, as --dynamics-every 10 says
     checkpoints = sorted(p.name for p in (run_dirs(cartpole_tracked)[0] / "checkpoints").iterdir())
     assert checkpoints == ["iter_1.npz", "iter_2.npz"]
 
 
+def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
+    """7 iterations 3 to a call (calls of 3, 3 and 1): every iteration's metrics at its own step, the dynamics/ ones at
+    iterations 1, 3 and 6, the training clock rising, and the same numbers as the run one iteration a call."""
+    flags = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs",
+             "1", "--total-timesteps", "224", "--dynamics-every", "3"]
+    for fuse in ("3", "1"):
+        result = run_script(flags + ["--fuse-iterations", fuse], tmp_path / fuse)
+        assert result.returncode == 0, result.stderr[-3000:]
+    events = read_run(run_dirs(tmp_path / "3")[0])[0]
+    assert [e.step for e in events["losses/approx_kl"]] == [32 * i for i in range(1, 8)]
+    assert [e.step for e in events["dynamics/feature_rank"]] == [32, 96, 192]
+    seconds = [e.value for e in events["charts/train_seconds"]]
+    assert len(seconds) == 7 and all(b > a for a, b in zip(seconds, seconds[1:]))
+    fused, single = read_values(run_dirs(tmp_path / "3")[0])[0], read_values(run_dirs(tmp_path / "1")[0])[0]
+    for tag in LOSS_TAGS[:4] + ["dynamics/feature_rank", "charts/episodic_return"]:
+        np.testing.assert_allclose(fused[tag], single[tag], rtol=1e-4, err_msg=tag)
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--ewma-com", "-1"], "--ewma-com must be >= 0"),
     (["--dynamics-every", "-1"], "--dynamics-every must be >= 0"),
+    (["--fuse-iterations", "-2"], "--fuse-iterations must be >= 0"),
     (["--dynamics-batch", "0"], "--dynamics-batch must be positive"),
     (["--dormant-tau", "nan"], "--dormant-tau must be a finite number"),
     (["--dormant-tau", "-0.1"], "--dormant-tau must be >= 0"),

@@ -1,0 +1,246 @@
+"""This project's scripts side by side with the ones researchers would otherwise copy, in one run on one machine.
+
+    python benchmark/vs_reference.py --reference ~/src/cleanrl --bench ppo_atari --num-envs 8
+    python benchmark/vs_reference.py --reference ~/src/cleanrl --bench ppo_atari --num-envs 64
+    python benchmark/vs_reference.py --reference ~/src/cleanrl --bench pqn_atari
+    python benchmark/vs_reference.py --reference ~/src/cleanrl --bench ppo_rnd
+    python benchmark/vs_reference.py --reference ~/src/purejaxrl --bench ppo_cartpole_jax
+
+--reference is the user's checkout of CleanRL (github.com/vwxyzjn/cleanrl) or PureJaxRL
+(github.com/luchris429/purejaxrl); nothing of either is in this repository. A copy of the reference
+script is edited at run time with the few text edits today's envpool 1.2 / gymnasium 1.x need (EDITS
+below, each with its reason; each must match the checkout or the command stops before any run), and
+reference and project train the same configuration alternately (reference, project, reference, ... :
+--pairs >= 3), each a whole process (imports, compilation, environment setup and every log write
+included) started from a fresh temporary directory. Reported per pair: both wall times and their ratio
+(reference seconds / project seconds: above 1 means this project is faster); then the median of the
+per-pair ratios and the machine. Steps/s is the steps both processes train (--total-timesteps, a
+multiple of num_envs x num_steps so that both train exactly that many) over the whole-process time.
+
+Known at CleanRL fe8d8a0 and PureJaxRL 31756b1. CleanRL's RND script steps its environments
+--obs-norm-init iterations with random actions before training (uncounted by its own SPS); the
+project's ppo_rnd.py does the same, and both processes are timed whole, so the warm-up is in both.
+PureJaxRL's ppo.py has no command line: a driver of this harness imports it, calls make_train(config)
+(the config of its __main__ with the sizes given here and DEBUG off) and waits for the result.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common import SCRIPTS, describe_machine
+
+# Text edits a CleanRL envpool script needs on envpool 1.2.5 + gymnasium 1.4 (gym is not installed; envpool's
+# gymnasium API returns (obs, info) from reset and a 5-tuple from step; gymnasium 1.x wrappers no longer forward
+# unknown attributes; envpool 1.2's num_envs / single_*_space are read-only properties). (old, new, required):
+# an edit marked required must match at least once.
+CLEANRL_EDITS = [
+    ("import gym\n", "import gymnasium as gym\n", True),
+    ('        self.num_envs = getattr(env, "num_envs", 1)\n',
+     '        self.num_envs = getattr(env, "num_envs", 1)\n'
+     "        self.single_action_space = env.single_action_space\n"
+     "        self.single_observation_space = env.single_observation_space\n", True),
+    ("        observations = super().reset(**kwargs)\n", "        observations, _ = super().reset(**kwargs)\n", True),
+    ("        observations, rewards, dones, infos = super().step(action)\n",
+     "        observations, rewards, terminated, truncated, infos = super().step(action)\n"
+     "        dones = np.logical_or(terminated, truncated)\n", True),
+    ('        env_type="gym",\n', '        env_type="gymnasium",\n', True),
+    ("    envs.num_envs = args.num_envs\n", "", True),
+    ("    envs.single_action_space = envs.action_space\n", "", True),
+    ("    envs.single_observation_space = envs.observation_space\n", "", True),
+]
+# the RND script also takes its running mean/std from gym's wrappers (gymnasium keeps it in wrappers.utils)
+RND_EDITS = [("from gym.wrappers.normalize import RunningMeanStd\n",
+              "from gymnasium.wrappers.utils import RunningMeanStd\n", True)]
+# PureJaxRL's wrappers.py imports brax and navix at the top for wrappers ppo.py does not use; neither is installed
+PUREJAXRL_WRAPPER_EDITS = [("from brax import envs\n", "", True),
+                           ("from brax.envs.wrappers.training import EpisodeWrapper, AutoResetWrapper\n", "", True),
+                           ("import navix as nx\n", "", True)]
+
+PUREJAXRL_DRIVER = '''"""vs_reference.py's driver for PureJaxRL's ppo.py: its __main__ config, sizes from argv, DEBUG off."""
+import json
+import sys
+
+import jax
+
+import ppo
+
+config = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 5e5, "UPDATE_EPOCHS": 4,
+          "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5,
+          "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1", "ANNEAL_LR": True, "DEBUG": False}
+config.update(json.loads(sys.argv[1]))
+out = jax.jit(ppo.make_train(config))(jax.random.PRNGKey(int(sys.argv[2])))
+jax.block_until_ready(out)
+'''
+
+
+@dataclass
+class Bench:
+    reference: str  # the script's path inside the checkout
+    project: str  # cleanrl_scale/<project>.py
+    env_id: str
+    num_envs: int
+    num_steps: int
+    total_timesteps: int
+    edits: list = field(default_factory=list)
+    project_flags: list = field(default_factory=list)  # flags for the project's script only (same algorithm)
+    obs_norm_init: bool = False  # both scripts take --num-iterations-obs-norm-init
+
+
+BENCHES = {
+    # CleanRL's defaults (Breakout-v5, 8 envs x 128 steps, 4 minibatches x 4 epochs), 32 iterations
+    "ppo_atari": Bench("cleanrl/ppo_atari_envpool.py", "ppo_atari_envpool", "Breakout-v5", 8, 128, 32_768,
+                       CLEANRL_EDITS),
+    "pqn_atari": Bench("cleanrl/pqn_atari_envpool.py", "pqn_atari", "Breakout-v5", 8, 128, 32_768, CLEANRL_EDITS),
+    # CleanRL's defaults are 128 envs x 128 steps (16,384 steps an iteration) after 50 iterations of random
+    # warm-up: 2 iterations after 1 warm-up iteration here
+    "ppo_rnd": Bench("cleanrl/ppo_rnd_envpool.py", "ppo_rnd", "MontezumaRevenge-v5", 128, 128, 32_768,
+                     CLEANRL_EDITS + RND_EDITS, obs_norm_init=True),
+    # PureJaxRL's __main__: CartPole-v1, 4 envs x 128 steps, 4 x 4 minibatches, 500k steps, 64x2 tanh MLPs; the
+    # project's PPO-EWMA script as plain PPO (no --ewma-com) with PureJaxRL's hyper-parameters
+    "ppo_cartpole_jax": Bench("purejaxrl/ppo.py", "ppo_ewma_jax", "CartPole-v1", 4, 128, 499_712, [],
+                              ["--learning-rate", "2.5e-4",
+                               "--anneal-lr", "--gamma", "0.99", "--gae-lambda", "0.95", "--clip-coef", "0.2",
+                               "--hidden-size", "64", "--num-layers", "2"]),
+}
+
+
+def fail(message):
+    """Bad input: one line, exit status 2, nothing run."""
+    print(f"vs_reference.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def apply_edits(text, edits, where):
+    """`text` with every edit applied; a required edit that finds nothing is a ValueError."""
+    for old, new, required in edits:
+        if required and old not in text:
+            raise ValueError(f"--reference: {where} has no line {old.strip()!r}, which this harness edits (it knows "
+                             f"CleanRL fe8d8a0 and PureJaxRL 31756b1)")
+        text = text.replace(old, new)
+    return text
+
+
+def prepare_reference(bench, reference, directory):
+    """Write the edited reference into `directory`: (file to run, its extra argv before the shared flags)."""
+    source = reference / bench.reference
+    if bench.reference.startswith("purejaxrl/"):
+        shutil.copy(source, directory / "ppo.py")
+        wrappers = source.parent / "wrappers.py"
+        (directory / "wrappers.py").write_text(apply_edits(wrappers.read_text(), PUREJAXRL_WRAPPER_EDITS, wrappers))
+        (directory / "vs_reference_driver.py").write_text(PUREJAXRL_DRIVER)
+        return "vs_reference_driver.py"
+    (directory / source.name).write_text(apply_edits(source.read_text(), bench.edits, source))
+    return source.name
+
+
+def commands(bench, opts, reference_file):
+    """(reference argv, project argv) for one configuration."""
+    shared = ["--env-id", opts.env_id, "--num-envs", str(opts.num_envs), "--num-steps", str(opts.num_steps),
+              "--total-timesteps", str(opts.total_timesteps), "--seed", str(opts.seed), "--num-minibatches", "4",
+              "--update-epochs", "4"]
+    if bench.obs_norm_init:
+        shared += ["--num-iterations-obs-norm-init", str(opts.obs_norm_init)]
+    if bench.reference.startswith("purejaxrl/"):
+        config = {"ENV_NAME": opts.env_id, "NUM_ENVS": opts.num_envs, "NUM_STEPS": opts.num_steps,
+                  "TOTAL_TIMESTEPS": opts.total_timesteps}
+        reference = [reference_file, json.dumps(config), str(opts.seed)]
+    else:
+        reference = [reference_file, *shared]
+    return reference, [f"{bench.project}.py", *shared, *bench.project_flags]
+
+
+def timed_run(argv, workdir, copy_from):
+    """Run `python argv` in a fresh copy of `copy_from`'s files under `workdir`: whole-process wall seconds."""
+    shutil.copytree(copy_from, workdir)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}  # cold, both sides
+    env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled")
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, *argv], cwd=workdir, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode:
+        raise SystemExit(f"vs_reference.py: `python {' '.join(argv)}` in {workdir} exited {result.returncode}:\n"
+                         f"{result.stderr[-3000:]}")
+    return seconds
+
+
+def parse(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reference", required=True, type=Path, help="the checkout of CleanRL or PureJaxRL")
+    parser.add_argument("--bench", required=True, choices=sorted(BENCHES))
+    parser.add_argument("--env-id", help="default: the bench's (Breakout-v5, MontezumaRevenge-v5, CartPole-v1)")
+    parser.add_argument("--num-envs", type=int, help="default: the reference's default")
+    parser.add_argument("--num-steps", type=int, help="default: the reference's default")
+    parser.add_argument("--total-timesteps", type=int, help="default: 32,768 (Atari), 499,712 (CartPole: PureJaxRL's 5e5 as it trains it)")
+    parser.add_argument("--obs-norm-init", type=int, default=1, help="ppo_rnd: random warm-up iterations, both")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--pairs", type=int, default=3, help="reference/project pairs, alternating (at least 3)")
+    parser.add_argument("--json", type=Path, help="also write every pair and the median to this file")
+    opts = parser.parse_args(argv)
+    bench = BENCHES[opts.bench]
+    for name in ("env_id", "num_envs", "num_steps", "total_timesteps"):
+        if getattr(opts, name) is None:
+            setattr(opts, name, getattr(bench, name))
+    for name in ("num_envs", "num_steps", "total_timesteps", "obs_norm_init"):
+        if getattr(opts, name) < 1:
+            fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(opts, name)}")
+    if opts.pairs < 3:
+        fail(f"--pairs must be at least 3 (a median of per-pair ratios), got {opts.pairs}")
+    batch = opts.num_envs * opts.num_steps
+    if opts.total_timesteps % batch:
+        fail(f"--total-timesteps must be a multiple of num_envs x num_steps = {batch} (both scripts then "
+                     f"train exactly that many steps), got {opts.total_timesteps}")
+    if batch % 4:
+        fail(f"num_envs x num_steps = {batch} must split into the 4 minibatches both scripts use")
+    if opts.total_timesteps >= 2**31:
+        fail(f"--total-timesteps must be below 2**31, got {opts.total_timesteps}")
+    if not (opts.reference / bench.reference).is_file():
+        fail(f"--reference {opts.reference} has no {bench.reference} (the --bench {opts.bench} script)")
+    return opts, bench
+
+
+def main(argv=None):
+    opts, bench = parse(argv)
+    root = Path(tempfile.mkdtemp(prefix="vs_reference_"))
+    try:
+        (root / "reference").mkdir()
+        try:
+            reference_file = prepare_reference(bench, opts.reference.resolve(), root / "reference")
+        except ValueError as e:  # before any run: the checkout is not one this harness knows how to edit
+            fail(str(e))
+        (root / "project").mkdir()
+        shutil.copy(SCRIPTS / f"{bench.project}.py", root / "project")
+        reference_argv, project_argv = commands(bench, opts, reference_file)
+        machine = describe_machine()
+        print(f"{opts.bench}: {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps, {opts.total_timesteps:,} "
+              f"steps a run; {machine}\n  reference: python {' '.join(reference_argv)}\n"
+              f"  project:   python {' '.join(project_argv)}", flush=True)
+        pairs = []
+        for i in range(opts.pairs):
+            ref_s = timed_run(reference_argv, root / f"run{i}_reference", root / "reference")
+            ours_s = timed_run(project_argv, root / f"run{i}_project", root / "project")
+            pairs.append({"reference_s": ref_s, "project_s": ours_s, "ratio": ref_s / ours_s})
+            print(f"pair {i + 1}: reference {ref_s:.1f} s ({opts.total_timesteps / ref_s:,.0f} steps/s), project "
+                  f"{ours_s:.1f} s ({opts.total_timesteps / ours_s:,.0f} steps/s), ratio x{ref_s / ours_s:.3f}",
+                  flush=True)
+        median = statistics.median(p["ratio"] for p in pairs)
+        print(f"median of {opts.pairs} per-pair ratios (reference s / project s): x{median:.3f}  "
+              f"[{min(p['ratio'] for p in pairs):.3f}, {max(p['ratio'] for p in pairs):.3f}]; {machine}")
+        if opts.json:
+            opts.json.write_text(json.dumps({"bench": opts.bench, "machine": machine, "reference": reference_argv,
+                                             "project": project_argv, "pairs": pairs, "median_ratio": median,
+                                             "options": {k: str(v) for k, v in vars(opts).items()}}, indent=2))
+        return median
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

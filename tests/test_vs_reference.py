@@ -1,0 +1,105 @@
+"""benchmark/vs_reference.py, the side-by-side harness, on stand-in reference checkouts of this project's own
+(tests/reference_stand_in: the lines the harness edits, against the old gym/envpool API, so that an unedited copy
+fails): the edits make them run, reference and project alternate, the ratio is the median of per-pair ratios, and
+bad input stops before any run."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmark.common import ROOT
+from conftest import assert_bad_input
+
+sys.path.insert(0, str(ROOT / "benchmark"))
+import vs_reference  # noqa: E402
+
+STAND_IN = ROOT / "tests" / "reference_stand_in"
+TINY = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "32"]
+
+
+def harness(*args, cwd):
+    return subprocess.run([sys.executable, str(ROOT / "benchmark" / "vs_reference.py"), *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+def test_pairs_alternate_and_the_ratio_is_the_median_of_pairs(tmp_path):
+    out = tmp_path / "result.json"
+    result = harness("--reference", STAND_IN, "--bench", "ppo_atari", *TINY, "--pairs", "3", "--json", out,
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    pairs = report["pairs"]
+    assert len(pairs) == 3
+    for pair in pairs:
+        assert pair["reference_s"] > 0 and pair["project_s"] > 0
+        assert pair["ratio"] == pytest.approx(pair["reference_s"] / pair["project_s"])
+    ratios = sorted(p["ratio"] for p in pairs)
+    assert report["median_ratio"] == pytest.approx(ratios[1])
+    # the printed lines: a line per pair, in order, then the median with the machine
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith("pair ")] == ["pair 1", "pair 2", "pair 3"]
+    assert f"x{report['median_ratio']:.3f}" in lines[-1] and "cores" in lines[-1] and report["machine"] in lines[-1]
+    # both sides train the same configuration: the shared flags are the same
+    shared = report["reference"][1:]
+    assert report["project"][1:len(shared) + 1] == shared and report["project"][0] == "ppo_atari_envpool.py"
+    assert not (tmp_path / "runs").exists()  # every run happened in a temporary directory, removed after
+
+
+def test_edits_make_the_stand_in_run_and_an_unedited_copy_fails(tmp_path):
+    bench = vs_reference.BENCHES["ppo_atari"]
+    name = vs_reference.prepare_reference(bench, STAND_IN, tmp_path)
+    edited = (tmp_path / name).read_text()
+    assert "import gymnasium as gym" in edited and "envs.num_envs = args.num_envs" not in edited
+    argv = ["--env-id", "Breakout-v5", "--num-envs", "2", "--total-timesteps", "8"]
+    ran = subprocess.run([sys.executable, name, *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.returncode == 0 and "stand-in: 8 steps" in ran.stdout, ran.stderr[-3000:]
+    original = subprocess.run([sys.executable, str(STAND_IN / bench.reference), *argv], cwd=tmp_path,
+                              capture_output=True, text=True)
+    assert original.returncode != 0  # without the edits it cannot run on today's libraries
+
+
+def test_purejaxrl_driver_passes_the_sizes_and_drops_brax(tmp_path):
+    bench = vs_reference.BENCHES["ppo_cartpole_jax"]
+    name = vs_reference.prepare_reference(bench, STAND_IN, tmp_path)
+    wrappers = (tmp_path / "wrappers.py").read_text()
+    assert "import brax" not in wrappers and "from brax" not in wrappers and "import navix" not in wrappers
+    opts, _ = vs_reference.parse(["--reference", str(STAND_IN), "--bench", "ppo_cartpole_jax", "--num-envs", "8",
+                                  "--num-steps", "16", "--total-timesteps", "512"])
+    reference_argv, project_argv = vs_reference.commands(bench, opts, name)
+    ran = subprocess.run([sys.executable, *reference_argv], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    config = json.loads((tmp_path / "stand_in_config.json").read_text())
+    assert (config["NUM_ENVS"], config["NUM_STEPS"], config["TOTAL_TIMESTEPS"]) == (8, 16, 512)
+    assert config["DEBUG"] is False and config["ENV_NAME"] == "CartPole-v1" and config["LR"] == 2.5e-4
+    # the project trains PureJaxRL's configuration: its hyper-parameters, as plain PPO
+    value = lambda flag: project_argv[project_argv.index(flag) + 1]
+    assert "--ewma-com" not in project_argv and "--anneal-lr" in project_argv
+    assert (value("--num-envs"), value("--hidden-size"), value("--num-layers"), value("--clip-coef")) == ("8", "64", "2", "0.2")
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--pairs", "2"], "--pairs must be at least 3"),
+    (["--total-timesteps", "33"], "--total-timesteps must be a multiple of num_envs x num_steps = 32"),
+    (["--num-envs", "0"], "--num-envs must be at least 1"),
+    (["--num-steps", "-4"], "--num-steps must be at least 1"),
+    (["--num-envs", "1", "--num-steps", "2", "--total-timesteps", "2"], "must split into the 4 minibatches"),
+    (["--num-envs", "8", "--num-steps", "128", "--total-timesteps", str(2**31)], "--total-timesteps must be below"),
+    (["--reference", "/nonexistent"], "has no cleanrl/ppo_atari_envpool.py"),
+])
+def test_bad_input_stops_before_any_run(tmp_path, args, text):
+    base = {"--reference": str(STAND_IN), "--bench": "ppo_atari", **dict(zip(TINY[::2], TINY[1::2]))}
+    base.update(dict(zip(args[::2], args[1::2])))
+    result = harness(*[x for kv in base.items() for x in kv], "--json", tmp_path / "r.json", cwd=tmp_path)
+    assert_bad_input(result, tmp_path, text)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_checkout_the_edits_do_not_match_stops_with_the_line(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "cleanrl").mkdir(parents=True)
+    text = (STAND_IN / "cleanrl" / "ppo_atari_envpool.py").read_text().replace('env_type="gym"', 'env_type="gymnasium"')
+    (checkout / "cleanrl" / "ppo_atari_envpool.py").write_text(text)
+    result = harness("--reference", checkout, "--bench", "ppo_atari", *TINY, cwd=tmp_path)
+    assert_bad_input(result, tmp_path, "has no line 'env_type=\"gym\",'")
