@@ -546,8 +546,11 @@ def main(args):
         agent.to(memory_format=torch.channels_last)  # halves the conv update's time on CPU (measured)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
-    # rollout storage; observations stay uint8 and are converted per minibatch
+    # rollout storage; observations stay uint8 and are converted per minibatch. With channels_last networks they are
+    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy)
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    if device.type == "cpu":
+        obs = obs.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
     behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
