@@ -86,8 +86,9 @@ def describe_machine():
         pass
     gpus = []
     if shutil.which("nvidia-smi"):
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout
-        gpus = [line.split(":", 1)[1].split("(")[0].strip() for line in listing.splitlines() if ":" in line]
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: ...)"; MIG slices are listed below their GPU, indented
+        gpus = [line.split(":", 1)[1].split("(")[0].strip() for line in listing.splitlines() if line.startswith("GPU")]
     return f"{cpu}, {os.cpu_count()} cores, " + (f"GPU: {', '.join(gpus)}" if gpus else "no GPU")
 
 

@@ -12,7 +12,8 @@ script is edited at run time with the few text edits today's envpool 1.2 / gymna
 below, each with its reason; each must match the checkout or the command stops before any run), and
 reference and project train the same configuration alternately (reference, project, reference, ... :
 --pairs >= 3), each a whole process (imports, compilation, environment setup and every log write
-included) started from a fresh temporary directory. Reported per pair: both wall times and their ratio
+included) started from a fresh temporary directory; which side goes first alternates from pair to pair.
+Reported per pair: both wall times and their ratio
 (reference seconds / project seconds: above 1 means this project is faster); then the median of the
 per-pair ratios and the machine. Steps/s is the steps both processes train (--total-timesteps, a
 multiple of num_envs x num_steps so that both train exactly that many) over the whole-process time.
@@ -98,13 +99,18 @@ BENCHES = {
     # CleanRL's defaults (Breakout-v5, 8 envs x 128 steps, 4 minibatches x 4 epochs), 32 iterations
     "ppo_atari": Bench("cleanrl/ppo_atari_envpool.py", "ppo_atari_envpool", "Breakout-v5", 8, 128, 32_768,
                        CLEANRL_EDITS),
-    "pqn_atari": Bench("cleanrl/pqn_atari_envpool.py", "pqn_atari", "Breakout-v5", 8, 128, 32_768, CLEANRL_EDITS),
+    # CleanRL's PQN optimises with RAdam; the project's default is Adam
+    "pqn_atari": Bench("cleanrl/pqn_atari_envpool.py", "pqn_atari", "Breakout-v5", 8, 128, 32_768, CLEANRL_EDITS,
+                       ["--optimizer", "radam"]),
     # CleanRL's defaults are 128 envs x 128 steps (16,384 steps an iteration) after 50 iterations of random
-    # warm-up: 2 iterations after 1 warm-up iteration here
+    # warm-up: 2 iterations after 1 warm-up iteration here. CleanRL's value coefficient is 0.5 (the project's 1.0).
+    # One difference stays: CleanRL's RND ends an episode at each life lost (episodic_life), the project's at the
+    # game's end, as the RND paper does (the speed of a step is the same)
     "ppo_rnd": Bench("cleanrl/ppo_rnd_envpool.py", "ppo_rnd", "MontezumaRevenge-v5", 128, 128, 32_768,
-                     CLEANRL_EDITS + RND_EDITS, obs_norm_init=True),
+                     CLEANRL_EDITS + RND_EDITS, ["--vf-coef", "0.5"], obs_norm_init=True),
     # PureJaxRL's __main__: CartPole-v1, 4 envs x 128 steps, 4 x 4 minibatches, 500k steps, 64x2 tanh MLPs; the
-    # project's PPO-EWMA script as plain PPO (no --ewma-com) with PureJaxRL's hyper-parameters
+    # project's PPO-EWMA script as plain PPO (no --ewma-com) with PureJaxRL's hyper-parameters. One difference stays:
+    # PureJaxRL anneals the learning rate once an iteration, the project after every minibatch step
     "ppo_cartpole_jax": Bench("purejaxrl/ppo.py", "ppo_ewma_jax", "CartPole-v1", 4, 128, 499_712, [],
                               ["--learning-rate", "2.5e-4",
                                "--anneal-lr", "--gamma", "0.99", "--gae-lambda", "0.95", "--clip-coef", "0.2",
@@ -201,8 +207,22 @@ def parse(argv=None):
         fail(f"num_envs x num_steps = {batch} must split into the 4 minibatches both scripts use")
     if opts.total_timesteps >= 2**31:
         fail(f"--total-timesteps must be below 2**31, got {opts.total_timesteps}")
-    if not (opts.reference / bench.reference).is_file():
-        fail(f"--reference {opts.reference} has no {bench.reference} (the --bench {opts.bench} script)")
+    for needed in [bench.reference] + (["purejaxrl/wrappers.py"] if bench.reference.startswith("purejaxrl/") else []):
+        if not (opts.reference / needed).is_file():
+            fail(f"--reference {opts.reference} has no {needed} (the --bench {opts.bench} script needs it)")
+    if opts.json is not None and not opts.json.parent.is_dir():
+        fail(f"--json {opts.json}: no directory {opts.json.parent} to write it in")
+    if bench.reference.startswith("purejaxrl/"):
+        import gymnax
+
+        known = gymnax.registered_envs
+    else:
+        import envpool
+
+        known = envpool.list_all_envs()
+    if opts.env_id not in known:
+        fail(f"--env-id {opts.env_id} is not an environment of the --bench {opts.bench} scripts "
+             f"({'gymnax' if bench.reference.startswith('purejaxrl/') else 'envpool'})")
     return opts, bench
 
 
@@ -224,9 +244,13 @@ def main(argv=None):
               f"  project:   python {' '.join(project_argv)}", flush=True)
         pairs = []
         for i in range(opts.pairs):
-            ref_s = timed_run(reference_argv, root / f"run{i}_reference", root / "reference")
-            ours_s = timed_run(project_argv, root / f"run{i}_project", root / "project")
-            pairs.append({"reference_s": ref_s, "project_s": ours_s, "ratio": ref_s / ours_s})
+            # the order alternates too (reference first in pairs 1, 3, ...; the project in 2, 4, ...), so that the
+            # first run's cold caches and any drift fall on both sides
+            order = ("reference", "project") if i % 2 == 0 else ("project", "reference")
+            seconds = {side: timed_run(reference_argv if side == "reference" else project_argv, root / f"run{i}_{side}",
+                                       root / side) for side in order}
+            ref_s, ours_s = seconds["reference"], seconds["project"]
+            pairs.append({"first": order[0], "reference_s": ref_s, "project_s": ours_s, "ratio": ref_s / ours_s})
             print(f"pair {i + 1}: reference {ref_s:.1f} s ({opts.total_timesteps / ref_s:,.0f} steps/s), project "
                   f"{ours_s:.1f} s ({opts.total_timesteps / ours_s:,.0f} steps/s), ratio x{ref_s / ours_s:.3f}",
                   flush=True)

@@ -31,7 +31,7 @@ def test_pairs_alternate_and_the_ratio_is_the_median_of_pairs(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     pairs = report["pairs"]
-    assert len(pairs) == 3
+    assert len(pairs) == 3 and [p["first"] for p in pairs] == ["reference", "project", "reference"]
     for pair in pairs:
         assert pair["reference_s"] > 0 and pair["project_s"] > 0
         assert pair["ratio"] == pytest.approx(pair["reference_s"] / pair["project_s"])
@@ -87,13 +87,25 @@ def test_purejaxrl_driver_passes_the_sizes_and_drops_brax(tmp_path):
     (["--num-envs", "1", "--num-steps", "2", "--total-timesteps", "2"], "must split into the 4 minibatches"),
     (["--num-envs", "8", "--num-steps", "128", "--total-timesteps", str(2**31)], "--total-timesteps must be below"),
     (["--reference", "/nonexistent"], "has no cleanrl/ppo_atari_envpool.py"),
+    (["--env-id", "Breakout-v6"], "--env-id Breakout-v6 is not an environment of the --bench ppo_atari scripts"),
+    (["--json", "/nonexistent/r.json"], "--json /nonexistent/r.json: no directory /nonexistent"),
+    (["--bench", "ppo_cartpole_jax", "--reference", str(STAND_IN / "cleanrl")], "has no purejaxrl/ppo.py"),
 ])
 def test_bad_input_stops_before_any_run(tmp_path, args, text):
     base = {"--reference": str(STAND_IN), "--bench": "ppo_atari", **dict(zip(TINY[::2], TINY[1::2]))}
     base.update(dict(zip(args[::2], args[1::2])))
-    result = harness(*[x for kv in base.items() for x in kv], "--json", tmp_path / "r.json", cwd=tmp_path)
+    base.setdefault("--json", str(tmp_path / "r.json"))
+    result = harness(*[x for kv in base.items() for x in kv], cwd=tmp_path)
     assert_bad_input(result, tmp_path, text)
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_purejaxrl_checkout_without_wrappers_is_refused(tmp_path):
+    checkout = tmp_path / "checkout"
+    (checkout / "purejaxrl").mkdir(parents=True)
+    (checkout / "purejaxrl" / "ppo.py").write_text((STAND_IN / "purejaxrl" / "ppo.py").read_text())
+    result = harness("--reference", checkout, "--bench", "ppo_cartpole_jax", cwd=tmp_path)
+    assert_bad_input(result, tmp_path, "has no purejaxrl/wrappers.py")
 
 
 def test_a_checkout_the_edits_do_not_match_stops_with_the_line(tmp_path):
