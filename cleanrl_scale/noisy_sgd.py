@@ -21,7 +21,24 @@ from typing import Optional, Tuple
 
 import numpy as np
 import tyro
-from torch.utils.tensorboard import SummaryWriter
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.summary.writer import event_file_writer
+
+
+class SummaryWriter:
+    """The scalar events torch.utils.tensorboard.SummaryWriter writes, through the tensorboard package's own
+    EventFileWriter (no torch import for them)."""
+
+    def __init__(self, logdir):
+        self.file = event_file_writer.EventFileWriter(logdir)
+
+    def add_scalar(self, tag, value, step):
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def close(self):
+        self.file.close()
 
 
 @dataclass

@@ -51,7 +51,7 @@ ENV_SIZES = ("s", "m", "l")
 # flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
 STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers")
 # --fuse-iterations 0: iterations per jitted call until a call trains on this many transitions. Below it a call's
-# fixed host cost (dispatch, fetching and logging its metrics: ~5 ms on a 2-core CPU) outweighs its compute.
+# fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute.
 FUSE_TRANSITIONS = 32_768
 
 
@@ -147,7 +147,8 @@ class Args:
     # Speed
     fuse_iterations: int = 0
     """iterations per jitted call (a lax.scan over iterations, metrics stacked and logged after the call); 0 = as many
-    as fill 32,768 transitions (at least 1); a call also ends at each evaluation and checkpoint"""
+    as fill 32,768 transitions (at least 1), at most --eval-every (locomotion) and --save-every; a call also ends at
+    each evaluation and checkpoint"""
 
     # Checkpoints
     save_every: int = 0
@@ -291,8 +292,10 @@ def resolve_args(args):
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
-    if args.fuse_iterations == 0:
-        args.fuse_iterations = max(1, FUSE_TRANSITIONS // args.batch_size)
+    if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
+        evals = args.eval_every if args.env_id == "locomotion" else 0
+        intervals = [every for every in (evals, args.save_every) if every]
+        args.fuse_iterations = min([max(1, FUSE_TRANSITIONS // args.batch_size)] + intervals)
     args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)
     if args.resume is not None:
         if not os.path.isfile(args.resume):

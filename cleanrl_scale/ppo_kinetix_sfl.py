@@ -34,7 +34,11 @@ import tyro
 from flax.linen.initializers import constant, orthogonal
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from torch.utils.tensorboard import SummaryWriter
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.summary.writer import event_file_writer
 from tqdm import tqdm
 
 MODELS = ("transformer", "mlp")
@@ -183,6 +187,28 @@ class Args:
     """the batch size (computed in runtime)"""
     num_iterations: int = 0
     """the number of PPO updates (computed in runtime)"""
+
+
+class SummaryWriter:
+    """The event files torch.utils.tensorboard.SummaryWriter writes (scalars as simple values, text for the text
+    plugin), through the tensorboard package's own EventFileWriter, so that no run imports torch only for them."""
+
+    def __init__(self, logdir):
+        self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
+
+    def add_scalar(self, tag, value, step):
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def add_text(self, tag, text):
+        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
+                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
+        summary = Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
+        self.file.add_event(Event(wall_time=time.time(), step=0, summary=summary))
+
+    def close(self):
+        self.file.close()
 
 
 class BadFlag(ValueError):

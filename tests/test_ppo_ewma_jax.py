@@ -241,6 +241,19 @@ def test_scaling_recipes_from_this_scripts_base_of_2048_envs_and_32_minibatches(
     assert args.learning_rate == pytest.approx(expected[2])
 
 
+@pytest.mark.parametrize("flags, expected", [
+    (dict(env_id="CartPole-v1", num_envs=4, num_steps=128), 64),  # 32,768 transitions a call
+    (dict(env_id="CartPole-v1", num_envs=4, num_steps=128, save_every=5), 5),  # no more slots than between saves
+    (dict(env_id="CartPole-v1", num_envs=4, num_steps=128, eval_every=3), 64),  # only locomotion evaluates
+    (dict(num_envs=64, num_steps=128, eval_every=3), 3),
+    (dict(num_envs=64, num_steps=128, eval_every=0, save_every=0), 4),
+    (dict(num_envs=4096, num_steps=256), 1),  # a batch above 32,768 still gets one iteration a call
+    (dict(env_id="CartPole-v1", num_envs=4, num_steps=128, total_timesteps=5 * 512), 5),  # at most the whole run
+])
+def test_default_fuse_iterations(ewma, flags, expected):
+    assert ewma.resolve_args(ewma.Args(**flags)).fuse_iterations == expected
+
+
 def first_update_metrics(ewma, measure=False, **flags):
     """The metrics of one update of a tiny CartPole config, in process (with the dynamics/ metrics if measure)."""
     args = ewma.resolve_args(ewma.Args(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
