@@ -26,15 +26,16 @@ def load_script(name):
     return module
 
 
-def start_copy(name, args, workdir, capture=True, extra_env=None, source=None):
+def start_copy(name, args, workdir, capture=True, extra_env=None, source=None, python_flags=()):
     """Copy the script alone into `workdir` and start it there, as a user who copied it would (a Popen);
-    `source`: another version of it to copy (e.g. an earlier revision)."""
+    `source`: another version of it to copy (e.g. an earlier revision); `python_flags` go before the script's name
+    (e.g. `-m cProfile -o FILE`)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(source or SCRIPTS / f"{name}.py", workdir / f"{name}.py")
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", **(extra_env or {}))
     pipe = subprocess.PIPE if capture else None
-    return subprocess.Popen([sys.executable, f"{name}.py", *map(str, args)], cwd=workdir, env=env,
+    return subprocess.Popen([sys.executable, *python_flags, f"{name}.py", *map(str, args)], cwd=workdir, env=env,
                             stdout=pipe, stderr=pipe, text=True)
 
 
@@ -48,9 +49,9 @@ def finish(process, timeout=None):
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def run_copy(name, args, workdir, timeout=None, capture=True, extra_env=None, source=None):
+def run_copy(name, args, workdir, timeout=None, capture=True, extra_env=None, source=None, python_flags=()):
     """Run a copy of the script in `workdir` to its end."""
-    return finish(start_copy(name, args, workdir, capture, extra_env, source), timeout)
+    return finish(start_copy(name, args, workdir, capture, extra_env, source, python_flags), timeout)
 
 
 def script_at(name, revision, directory):

@@ -639,8 +639,11 @@ def main(args):
     room_byte = ROOM_RAM_BYTE.get(args.env_id)
     rooms = set()
 
-    # rollout storage; observations stay uint8 and are converted per minibatch
+    # rollout storage; observations stay uint8 and are converted per minibatch. With channels_last networks they are
+    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy)
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    if device.type == "cpu":
+        obs = obs.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
     behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)

@@ -460,8 +460,11 @@ def main(args):
         q_network.to(memory_format=torch.channels_last)  # faster convolutions on CPU
     optimizer = OPTIMIZERS[args.optimizer](q_network.parameters(), lr=args.learning_rate)
 
-    # rollout storage; observations stay uint8
+    # rollout storage; observations stay uint8. With channels_last networks they are stored channels innermost, so a
+    # minibatch gathered from them is in the network's layout already (no copy)
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    if device.type == "cpu":
+        obs = obs.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
     dones = torch.zeros((args.num_steps, args.num_envs), device=device)  # the episode ended with transition t
