@@ -21,6 +21,8 @@ multiple of num_envs x num_steps so that both train exactly that many) over the 
 Known at CleanRL fe8d8a0 and PureJaxRL 31756b1. CleanRL's RND script steps its environments
 --obs-norm-init iterations with random actions before training (uncounted by its own SPS); the
 project's ppo_rnd.py does the same, and both processes are timed whole, so the warm-up is in both.
+--against REV adds a third side, the project's script as it was at git revision REV with the same flags, to
+every pair (the three take turns going first), and reports the median of (REV seconds / project seconds) too.
 PureJaxRL's ppo.py has no command line: a driver of this harness imports it, calls make_train(config)
 (the config of its __main__ with the sizes given here and DEBUG off) and waits for the result.
 """
@@ -36,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import SCRIPTS, describe_machine
+from common import SCRIPTS, describe_machine, script_at
 
 # Text edits a CleanRL envpool script needs on envpool 1.2.5 + gymnasium 1.4 (gym is not installed; envpool's
 # gymnasium API returns (obs, info) from reset and a 5-tuple from step; gymnasium 1.x wrappers no longer forward
@@ -189,6 +191,8 @@ def parse(argv=None):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--pairs", type=int, default=3, help="reference/project pairs, alternating (at least 3)")
     parser.add_argument("--json", type=Path, help="also write every pair and the median to this file")
+    parser.add_argument("--against", metavar="REV", help="also time the project's script as it was at this git "
+                        "revision, in every pair (a before/after of the project's own change, beside the reference)")
     opts = parser.parse_args(argv)
     bench = BENCHES[opts.bench]
     for name in ("env_id", "num_envs", "num_steps", "total_timesteps"):
@@ -212,6 +216,11 @@ def parse(argv=None):
             fail(f"--reference {opts.reference} has no {needed} (the --bench {opts.bench} script needs it)")
     if opts.json is not None and not opts.json.parent.is_dir():
         fail(f"--json {opts.json}: no directory {opts.json.parent} to write it in")
+    if opts.against is not None:
+        try:
+            opts.against_script = script_at(bench.project, opts.against, tempfile.mkdtemp(prefix="vs_reference_against_"))
+        except subprocess.CalledProcessError:
+            fail(f"--against {opts.against}: no cleanrl_scale/{bench.project}.py at that git revision")
     if bench.reference.startswith("purejaxrl/"):
         import gymnax
 
@@ -237,30 +246,46 @@ def main(argv=None):
             fail(str(e))
         (root / "project").mkdir()
         shutil.copy(SCRIPTS / f"{bench.project}.py", root / "project")
+        sides = ["reference", "project"]
+        if opts.against:
+            (root / "against").mkdir()
+            shutil.copy(opts.against_script, root / "against" / f"{bench.project}.py")
+            shutil.rmtree(Path(opts.against_script).parent, ignore_errors=True)
+            sides.append("against")
         reference_argv, project_argv = commands(bench, opts, reference_file)
         machine = describe_machine()
         print(f"{opts.bench}: {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps, {opts.total_timesteps:,} "
               f"steps a run; {machine}\n  reference: python {' '.join(reference_argv)}\n"
-              f"  project:   python {' '.join(project_argv)}", flush=True)
+              f"  project:   python {' '.join(project_argv)}"
+              + (f"\n  against:   the project's script at {opts.against}, the same flags" if opts.against else ""), flush=True)
         pairs = []
         for i in range(opts.pairs):
-            # the order alternates too (reference first in pairs 1, 3, ...; the project in 2, 4, ...), so that the
-            # first run's cold caches and any drift fall on both sides
-            order = ("reference", "project") if i % 2 == 0 else ("project", "reference")
+            # the order rotates (reference first in pairs 1, 3, ...; the project in 2, 4, ...; with --against each
+            # side goes first in turn), so that the first run's cold caches and any drift fall on every side
+            order = sides[i % len(sides):] + sides[: i % len(sides)]
             seconds = {side: timed_run(reference_argv if side == "reference" else project_argv, root / f"run{i}_{side}",
                                        root / side) for side in order}
             ref_s, ours_s = seconds["reference"], seconds["project"]
-            pairs.append({"first": order[0], "reference_s": ref_s, "project_s": ours_s, "ratio": ref_s / ours_s})
-            print(f"pair {i + 1}: reference {ref_s:.1f} s ({opts.total_timesteps / ref_s:,.0f} steps/s), project "
-                  f"{ours_s:.1f} s ({opts.total_timesteps / ours_s:,.0f} steps/s), ratio x{ref_s / ours_s:.3f}",
-                  flush=True)
+            pair = {"first": order[0], "reference_s": ref_s, "project_s": ours_s, "ratio": ref_s / ours_s}
+            line = (f"pair {i + 1}: reference {ref_s:.1f} s ({opts.total_timesteps / ref_s:,.0f} steps/s), project "
+                    f"{ours_s:.1f} s ({opts.total_timesteps / ours_s:,.0f} steps/s), ratio x{ref_s / ours_s:.3f}")
+            if opts.against:
+                pair.update(against_s=seconds["against"], against_ratio=seconds["against"] / ours_s)
+                line += f"; at {opts.against} {seconds['against']:.1f} s, ratio x{pair['against_ratio']:.3f}"
+            pairs.append(pair)
+            print(line, flush=True)
         median = statistics.median(p["ratio"] for p in pairs)
         print(f"median of {opts.pairs} per-pair ratios (reference s / project s): x{median:.3f}  "
               f"[{min(p['ratio'] for p in pairs):.3f}, {max(p['ratio'] for p in pairs):.3f}]; {machine}")
+        report = {"bench": opts.bench, "machine": machine, "reference": reference_argv, "project": project_argv,
+                  "pairs": pairs, "median_ratio": median, "options": {k: str(v) for k, v in vars(opts).items()}}
+        if opts.against:
+            report["median_against_ratio"] = statistics.median(p["against_ratio"] for p in pairs)
+            print(f"median of {opts.pairs} per-pair ratios (project at {opts.against} s / project s): "
+                  f"x{report['median_against_ratio']:.3f}  [{min(p['against_ratio'] for p in pairs):.3f}, "
+                  f"{max(p['against_ratio'] for p in pairs):.3f}]; {machine}")
         if opts.json:
-            opts.json.write_text(json.dumps({"bench": opts.bench, "machine": machine, "reference": reference_argv,
-                                             "project": project_argv, "pairs": pairs, "median_ratio": median,
-                                             "options": {k: str(v) for k, v in vars(opts).items()}}, indent=2))
+            opts.json.write_text(json.dumps(report, indent=2))
         return median
     finally:
         shutil.rmtree(root, ignore_errors=True)

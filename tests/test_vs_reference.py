@@ -47,6 +47,20 @@ def test_pairs_alternate_and_the_ratio_is_the_median_of_pairs(tmp_path):
     assert not (tmp_path / "runs").exists()  # every run happened in a temporary directory, removed after
 
 
+def test_against_adds_the_project_at_a_revision_to_every_pair(tmp_path):
+    out = tmp_path / "result.json"
+    result = harness("--reference", STAND_IN, "--bench", "ppo_atari", *TINY, "--pairs", "3", "--against", "HEAD",
+                     "--json", out, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    pairs = report["pairs"]
+    assert [p["first"] for p in pairs] == ["reference", "project", "against"]  # each side goes first in turn
+    for pair in pairs:
+        assert pair["against_s"] > 0 and pair["against_ratio"] == pytest.approx(pair["against_s"] / pair["project_s"])
+    assert report["median_against_ratio"] == pytest.approx(sorted(p["against_ratio"] for p in pairs)[1])
+    assert f"x{report['median_against_ratio']:.3f}" in result.stdout.splitlines()[-1]
+
+
 def test_edits_make_the_stand_in_run_and_an_unedited_copy_fails(tmp_path):
     bench = vs_reference.BENCHES["ppo_atari"]
     name = vs_reference.prepare_reference(bench, STAND_IN, tmp_path)
@@ -90,6 +104,7 @@ def test_purejaxrl_driver_passes_the_sizes_and_drops_brax(tmp_path):
     (["--env-id", "Breakout-v6"], "--env-id Breakout-v6 is not an environment of the --bench ppo_atari scripts"),
     (["--json", "/nonexistent/r.json"], "--json /nonexistent/r.json: no directory /nonexistent"),
     (["--bench", "ppo_cartpole_jax", "--reference", str(STAND_IN / "cleanrl")], "has no purejaxrl/ppo.py"),
+    (["--against", "no-such-revision"], "--against no-such-revision: no cleanrl_scale/ppo_atari_envpool.py at that"),
 ])
 def test_bad_input_stops_before_any_run(tmp_path, args, text):
     base = {"--reference": str(STAND_IN), "--bench": "ppo_atari", **dict(zip(TINY[::2], TINY[1::2]))}
