@@ -26,6 +26,7 @@ import os
 import sys
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from functools import partial
@@ -430,9 +431,12 @@ def kl_divergence(logp_p, logp_q):
 # the torch scripts' (ppo_atari_envpool.py), in float32 inside the jitted update
 # ---------------------------------------------------------------------------------------------
 def feature_rank(features, threshold=0.99):
-    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
-    sv = jnp.linalg.svd(features - features.mean(axis=0, keepdims=True), compute_uv=False)
-    energy = jnp.cumsum(sv**2)
+    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance. The
+    squared singular values are the eigenvalues of the centred features' Gram matrix (units x units): one eigvalsh,
+    about 10x cheaper on CPU than the SVD of (samples x units) that the torch scripts take (same ranks, tested)."""
+    centred = features - features.mean(axis=0, keepdims=True)
+    gram = jnp.matmul(centred.T, centred, precision=jax.lax.Precision.HIGHEST)  # no TF32/bf16 passes on a GPU
+    energy = jnp.cumsum(jnp.clip(jnp.linalg.eigvalsh(gram)[::-1], 0))  # sv**2, largest first
     return jnp.where(energy[-1] > 0, jnp.searchsorted(energy, threshold * energy[-1]) + 1, 0)
 
 
@@ -797,11 +801,20 @@ def main(args):
     init, update, evaluate, schedule = make_train(args, env)
     rng = jax.random.PRNGKey(args.seed)
     rng, k_levels, k_init = jax.random.split(rng, 3)
+    runner_shape, levels_shape = jax.eval_shape(lambda: (init(k_init, env.sample_levels(k_levels)), env.sample_levels(k_levels)))
 
     start_iteration, global_step, train_seconds = 0, 0, 0.0
     if args.resume is not None:
-        target = jax.eval_shape(lambda: (init(k_init, env.sample_levels(k_levels)), env.sample_levels(k_levels)))
-        (runner, levels), start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, target)
+        (runner, levels), start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, (runner_shape, levels_shape))
+    # the update (and the evaluation) compile on a second thread while this one sets the run up: XLA compiles without
+    # holding the GIL, so on two or more cores the set-up's own small compilations run beside it
+    update = jax.jit(update, donate_argnums=0)  # --fuse-iterations iterations a call
+    evaluate = jax.jit(evaluate)
+    flags_shape = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
+    compiler = ThreadPoolExecutor(max_workers=1)
+    compiled_update = compiler.submit(lambda: update.lower(runner_shape, levels_shape, flags_shape, flags_shape).compile())
+    if args.env_id == "locomotion" and args.eval_every:
+        compiled_evaluate = compiler.submit(lambda: evaluate.lower(runner_shape.params, levels_shape, k_init).compile())
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     mode = "PPO" if args.ewma_com is None else f"PPO-EWMA (COM {args.ewma_com:g}, beta {ewma_beta(args.ewma_com):.4f})"
     print(
@@ -832,8 +845,7 @@ def main(args):
     if args.resume is None:
         levels = jax.jit(env.sample_levels)(k_levels)
         runner = jax.jit(init)(k_init, levels)
-    update = jax.jit(update, donate_argnums=0)  # --fuse-iterations iterations a call
-    evaluate = jax.jit(evaluate)
+    update = compiled_update.result()
     eval_rng = jax.random.PRNGKey(args.seed + 10_000)  # evaluation never draws from the training stream
     locomotion = args.env_id == "locomotion"
 
@@ -897,6 +909,7 @@ def main(args):
             log_call(*pending)
             pending = None
             if evaluate_now:
+                evaluate = compiled_evaluate.result()
                 solve_rate, eval_return = jax.device_get(evaluate(runner.params, levels, jax.random.fold_in(eval_rng, iteration)))
                 writer.add_scalar("charts/solve_rate", solve_rate, global_step)
                 writer.add_scalar("charts/eval_return", eval_return, global_step)

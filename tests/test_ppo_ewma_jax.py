@@ -324,6 +324,20 @@ def test_dynamics_metrics_are_the_torch_scripts_on_random_inputs(ewma, ppo_atari
         ppo_atari.policy_variance(torch.softmax(torch.tensor(logits), dim=-1)), rel=1e-4)
 
 
+@pytest.mark.parametrize("units", [64, 256])
+def test_feature_rank_from_the_gram_matrix_is_the_svds_on_network_like_features(ewma, ppo_atari, units):
+    """The JAX rank takes eigvalsh of the Gram matrix, the torch scripts' the SVD: the same rank on tanh features of
+    a --dynamics-batch's size with spread-out singular values (50 draws), and on exactly rank-deficient ones."""
+    rng = np.random.default_rng(units)
+    for draw in range(50):
+        rank = rng.integers(1, units + 1)
+        mixing = rng.normal(size=(rank, units)) * rng.exponential(size=(rank, 1)) ** 2
+        features = np.tanh(rng.normal(size=(512, rank)) @ mixing).astype(np.float32)
+        if draw % 5 == 0:
+            features[:, rng.integers(0, units, size=units // 2)] = 0.0  # dead units
+        assert int(ewma.feature_rank(jnp.asarray(features))) == ppo_atari.feature_rank(torch.tensor(features)), draw
+
+
 def test_dynamics_metrics_edge_cases(ewma, ppo_atari):
     assert int(ewma.feature_rank(jnp.ones((8, 4)))) == 0 == ppo_atari.feature_rank(torch.ones(8, 4))  # no variance
     assert float(ewma.dormant_percentage([jnp.zeros((4, 5))], 0.0)) == 100.0  # nothing fires: all dormant
