@@ -438,7 +438,7 @@ def config_curves(runs_frame, tag, statistic, points, reps, seed=0):
 # ---------------------------------------------------------------------------------------------
 def save(fig, path):
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")  # a legend outside the axes stays in the picture
     plt.close(fig)
 
 
@@ -521,13 +521,14 @@ def plot_ddr(scores, order, tag, path):
     """Each run's median Data-to-Divergence Ratio against its best value of `tag` (stagnation Fig. 8),
     coloured by config."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    for config in order:
+    colours = plt.cm.tab20(np.arange(len(order)) % 20) if len(order) > 10 else [None] * len(order)  # 10 repeat
+    for config, colour in zip(order, colours):
         s = scores[(scores.config == config) & scores.ddr.notna()]
         if len(s):
-            ax.scatter(s.ddr, s.best, label=config, s=18)
+            ax.scatter(s.ddr, s.best, label=config, s=18, color=colour)
     ax.set_xscale("log")
     ax.set(xlabel="median DDR (transitions per unit KL)", ylabel=f"best {tag}")
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the points, never over them
     save(fig, path)
 
 
