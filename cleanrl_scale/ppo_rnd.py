@@ -473,7 +473,8 @@ class Agent(nn.Module):
     def preprocess(self, x):
         """uint8 frames -> floats in [0, 1], in the memory layout of the conv weights."""
         channels_last = self.network[0].weight.is_contiguous(memory_format=torch.channels_last)
-        return (x.float() / 255.0).contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        x = x.to(torch.float32, copy=True).div_(255.0)  # divided in place: one allocation of the floats, not two
+        return x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
     def values(self, hidden):
         features = self.extra_layer(hidden)
