@@ -6,7 +6,7 @@
 A copy of the script runs from a temporary directory (as every benchmark here runs it) under
 `python -m cProfile`, with the flags after `--`. Every function's own time (cProfile's tottime) goes to
 one part: a built-in (a torch kernel, envpool's C++ step) to the part of the Python function that called
-it, in proportion to the calls' times, so that `x.float()` inside `preprocess` counts as frame
+it, in proportion to the calls' times, so that the float conversion inside `preprocess` counts as frame
 conversion and `torch.sqrt` inside Adam as the optimiser. The parts add up to the profiled total.
 cProfile slows Python-heavy code more than kernels, so read the shares, not the seconds, and compare
 two profiles only side by side on one machine.
@@ -18,6 +18,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
+import scipy.sparse
 
 from common import SCRIPTS, describe_machine, run_copy
 
@@ -64,35 +67,45 @@ def own_part(key, script_file):
 def parts(stats, script_file):  # script_file: the script's file name
     """{part: {function: seconds of own time}}: every function's tottime, that of a function no rule places split over
     its callers' parts in proportion to the time of its calls from each (up the chain), so torch's Python layers
-    count where the script called them."""
+    count where the script called them. The shares solve x = W x + b (W: a part-less function's caller weights, b:
+    the parts of the functions a rule places), iterated to convergence, so cycles of part-less functions (torch's
+    `_call_impl` -> `Sequential.forward` -> `_call_impl`) take their callers' parts too; what cycles without
+    reaching any part is "other"."""
     table = stats.stats  # key -> (primitive calls, calls, tottime, cumtime, {caller: (pc, calls, tottime, cumtime)})
-    memo = {}
-
-    def shares(key):
-        """{part: weight} of a function (weights add up to 1)."""
-        if key not in memo:
-            memo[key] = {OTHER: 1.0}  # also the answer for a cycle of functions without a part
-            part = own_part(key, script_file)
-            callers = table[key][4] if key in table else {}
-            weights = {caller: c[2] for caller, c in callers.items()}
-            if not sum(weights.values()):
-                weights = {caller: c[1] for caller, c in callers.items()}
-            total = sum(weights.values())
-            if part is not None:
-                memo[key] = {part: 1.0}
-            elif total:
-                mixed = {}
-                for caller, weight in weights.items():
-                    for p, w in shares(caller).items():
-                        mixed[p] = mixed.get(p, 0.0) + w * weight / total
-                memo[key] = mixed
-        return memo[key]
-
+    keys = list(table)
+    index = {key: i for i, key in enumerate(keys)}
+    names = sorted({part for part, _ in RULES} | {OTHER, "dynamics/ metrics", "training loop (the script's other lines)"}
+                   | set(SCRIPT_PARTS.values()))
+    column = {name: j for j, name in enumerate(names)}
+    b = np.zeros((len(keys), len(names)))
+    rows, cols, values = [], [], []
+    for i, key in enumerate(keys):
+        part = own_part(key, script_file)
+        callers = {caller: c for caller, c in table[key][4].items() if caller in index}
+        weights = {caller: c[2] for caller, c in callers.items()}
+        if not sum(weights.values()):
+            weights = {caller: c[1] for caller, c in callers.items()}
+        total = sum(weights.values())
+        if part is not None or not total:
+            b[i, column[part or OTHER]] = 1.0
+            continue
+        for caller, weight in weights.items():
+            rows.append(i), cols.append(index[caller]), values.append(weight / total)
+    w = scipy.sparse.csr_matrix((values, (rows, cols)), shape=(len(keys), len(keys)))
+    x = b.copy()
+    for _ in range(10_000):  # x_{k+1} = W x_k + b converges: W's rows sum to 1 only inside part-less cycles
+        following = w @ x + b
+        if np.abs(following - x).max() < 1e-12:
+            break
+        x = following
+    leftover = 1.0 - x.sum(axis=1)  # mass that only cycles among part-less functions (beyond the iteration's error)
+    x[:, column[OTHER]] += np.where(leftover > 1e-9, leftover, 0.0)
     seconds = {}  # part -> {function: seconds}
-    for key, row in table.items():
-        for part, weight in shares(key).items():
-            name = key[2] if key[0] == "~" else f"{Path(key[0]).name}:{key[1]}({key[2]})"
-            seconds.setdefault(part, {})[name] = seconds.get(part, {}).get(name, 0.0) + row[2] * weight
+    for i, key in enumerate(keys):
+        name = key[2] if key[0] == "~" else f"{Path(key[0]).name}:{key[1]}({key[2]})"
+        for j in np.flatnonzero(x[i] > 1e-15):
+            functions = seconds.setdefault(names[j], {})
+            functions[name] = functions.get(name, 0.0) + table[key][2] * x[i, j]
     return seconds
 
 
@@ -109,7 +122,6 @@ def main(argv=None):
         parser.exit(2, f"profile_torch.py: error: --top must be >= 0 (got {opts.top})\n")
     if opts.json and not Path(opts.json).resolve().parent.is_dir():
         parser.exit(2, f"profile_torch.py: error: --json {opts.json}: its directory does not exist\n")
-    sys.setrecursionlimit(100_000)  # the walk up the callers follows the deepest import chains
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         result = run_copy(opts.script, opts.flags, tmp, python_flags=("-m", "cProfile", "-o", "profile.out"))

@@ -217,6 +217,8 @@ def parse(argv=None):
     if opts.json is not None and not opts.json.parent.is_dir():
         fail(f"--json {opts.json}: no directory {opts.json.parent} to write it in")
     if opts.against is not None:
+        if not opts.against.strip():
+            fail("--against must name a git revision (got an empty string)")
         try:
             opts.against_script = script_at(bench.project, opts.against, tempfile.mkdtemp(prefix="vs_reference_against_"))
         except subprocess.CalledProcessError:

@@ -432,8 +432,8 @@ def kl_divergence(logp_p, logp_q):
 # ---------------------------------------------------------------------------------------------
 def feature_rank(features, threshold=0.99):
     """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance. The
-    squared singular values are the eigenvalues of the centred features' Gram matrix (units x units): one eigvalsh,
-    about 10x cheaper on CPU than the SVD of (samples x units) that the torch scripts take (same ranks, tested)."""
+    squared singular values are the eigenvalues of the centred features' Gram matrix (units x units): one eigvalsh
+    in place of the SVD of (samples x units) that the torch scripts take (same ranks, tested)."""
     centred = features - features.mean(axis=0, keepdims=True)
     gram = jnp.matmul(centred.T, centred, precision=jax.lax.Precision.HIGHEST)  # no TF32/bf16 passes on a GPU
     energy = jnp.cumsum(jnp.clip(jnp.linalg.eigvalsh(gram)[::-1], 0))  # sv**2, largest first

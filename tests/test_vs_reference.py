@@ -105,6 +105,7 @@ def test_purejaxrl_driver_passes_the_sizes_and_drops_brax(tmp_path):
     (["--json", "/nonexistent/r.json"], "--json /nonexistent/r.json: no directory /nonexistent"),
     (["--bench", "ppo_cartpole_jax", "--reference", str(STAND_IN / "cleanrl")], "has no purejaxrl/ppo.py"),
     (["--against", "no-such-revision"], "--against no-such-revision: no cleanrl_scale/ppo_atari_envpool.py at that"),
+    (["--against", ""], "--against must name a git revision"),
 ])
 def test_bad_input_stops_before_any_run(tmp_path, args, text):
     base = {"--reference": str(STAND_IN), "--bench": "ppo_atari", **dict(zip(TINY[::2], TINY[1::2]))}
