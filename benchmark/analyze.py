@@ -62,6 +62,7 @@ ATARI_REFERENCE = {
 }
 DEFAULT_TAG = {
     "ppo_atari_envpool": "charts/episodic_return", "pqn_atari": "charts/episodic_return", "ppo_rnd": "charts/episodic_return",
+    "ppo_procgen_envpool": "charts/episodic_return",
     "ppo_ewma_jax": "charts/solve_rate", "ppo_kinetix_sfl": "eval/solve_rate_sampled", "noisy_sgd": "charts/neg_distance",
 }
 STEP_UNIT = {"noisy_sgd": "gradient steps"}  # what a script's logged step counts (default: environment steps)

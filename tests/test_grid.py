@@ -469,6 +469,8 @@ RUNNER_GRIDS = {
     "stag_fig7_minibatch.sh": 3 * 3 * (3 + 2), "ddr_budgets.sh": 3 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 5 * (1 + 2),
     "sfl_scaling.sh": 2 * 3 * (3 + 1), "sfl_fig15_minibatches.sh": 3 * 3, "sfl_fig17_lr.sh": 3 * 3, "sfl_fig18_ewma.sh": 3 * (1 + 3),
     "sfl_fig19_filtering.sh": 3 * 3,
+    # procgen_nenvs: 4 fixed-batch configs, 2 more N_envs and 2 longer rollouts than the shared 64 x 256
+    "procgen_nenvs.sh": 2 * 5 * (4 + 2 + 2),
 }
 
 

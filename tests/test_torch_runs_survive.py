@@ -1,4 +1,5 @@
-"""The three torch scripts (ppo_atari_envpool, pqn_atari, ppo_rnd) on real envpool Atari: the gradient kurtosis is
+"""The four torch scripts (ppo_atari_envpool, pqn_atari, ppo_rnd on real envpool Atari, ppo_procgen_envpool on real
+envpool Procgen, evaluating on held-out levels every other iteration): the gradient kurtosis is
 the raw gradient's, the same seed logs the same values, a run resumed from a checkpoint continues exactly (but for
 its fresh episodes), SIGTERM checkpoints and exits 75, and a loss that is not finite stops the run."""
 import signal
@@ -13,11 +14,13 @@ SCRIPTS = {
     "ppo_atari_envpool": SMALL,
     "pqn_atari": SMALL,
     "ppo_rnd": SMALL + ["--num-iterations-obs-norm-init", "1"],
+    "ppo_procgen_envpool": SMALL + ["--eval-every", "2", "--eval-episodes", "2", "--num-levels", "20"],
 }
 # a flag a checkpoint must agree on, besides --num-envs
 MUST_MATCH = {"ppo_atari_envpool": (["--separate-encoders"], "--separate-encoders False, not True"),
               "pqn_atari": (["--optimizer", "radam"], "--optimizer adam, not radam"),
-              "ppo_rnd": (["--env-id", "Venture-v5"], "--env-id MontezumaRevenge-v5, not Venture-v5")}
+              "ppo_rnd": (["--env-id", "Venture-v5"], "--env-id MontezumaRevenge-v5, not Venture-v5"),
+              "ppo_procgen_envpool": (["--env-id", "BigfishEasy-v0"], "--env-id StarpilotEasy-v0, not BigfishEasy-v0")}
 RESUMABLE = ["--total-timesteps", "640", "--dynamics-every", "2", "--save-every", "2"]  # 5 iterations
 
 
@@ -94,7 +97,7 @@ def test_resume_refuses_another_network_or_a_finished_run(uninterrupted, tmp_pat
 
 
 @pytest.mark.parametrize("script, signum", [("ppo_atari_envpool", signal.SIGTERM), ("pqn_atari", signal.SIGUSR1),
-                                            ("ppo_rnd", signal.SIGTERM)])
+                                            ("ppo_rnd", signal.SIGTERM), ("ppo_procgen_envpool", signal.SIGUSR1)])
 def test_a_signal_checkpoints_at_the_end_of_the_iteration_and_exits_75(script, signum, tmp_path):
     """The signal a launcher (SIGTERM) or Slurm before a timeout (SIGUSR1) sends, sent to a real run: it writes a
     checkpoint, says so, exits 75; the checkpoint then resumes the run to its end."""

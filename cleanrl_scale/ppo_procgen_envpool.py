@@ -1,0 +1,836 @@
+"""PPO on Procgen (envpool), instrumented for the study of parallel data collection (data-collection paper §6.2, Fig. 7).
+
+Implements CleanRL's ppo_procgen (Huang et al., 2022; IMPALA CNN of Espeholt et al., 2018) on envpool's Procgen
+(`StarpilotEasy-v0`, `BigfishEasy-v0`, ...: the distribution mode is part of the id), with the data-collection
+paper's Table 1 Procgen column (Adam eps 1e-5, lr 5e-4, widths 16/32/32, dense 256, gamma 0.999, rewards normalised
+by a running std of discounted returns and clipped to [-10, 10]) and CleanRL's remaining defaults, and with:
+- fixed-budget semantics: --total-timesteps counts environment steps, so varying --num-envs and
+  --num-steps keeps the data budget (data-collection paper, §4.2);
+- the scaling recipes of "Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel
+  Environments" (§5, App. D): from a base config, keep the minibatch size and add minibatches, or
+  grow the minibatch (optionally with a sqrt-scaled learning rate), or a hybrid of both;
+- the learning-dynamics metrics of "The Impact of On-Policy Parallelized Data Collection on Deep RL
+  Networks" (App. B): feature rank, dormant neurons, weight norm, gradient kurtosis, policy
+  variance and effective sample size, plus the Data-to-Divergence Ratio (stagnation §4.4);
+- shared or separate CNN encoders for actor and critic (data-collection §5.2);
+- training on --num-levels levels from --start-level (0: the full distribution, as CleanRL and the paper) and an
+  evaluation every --eval-every iterations on levels drawn from the full distribution with a seed of their own
+  (Cobbe et al., 2020's test protocol: levels held out from a finite training set), eval/episodic_return;
+- uint8 rollout storage, so that 1024 envs x 256 steps fit in 3 GiB;
+- runs that survive preemption: --save-every / --resume checkpoints (network, Adam, every RNG, counters),
+  SIGTERM or SIGUSR1 (Slurm's pre-timeout signal) checkpoint at the end of the iteration and exit 75,
+  and a loss or parameter that is not finite stops the run with one line naming the last good checkpoint.
+  Envpool's game state cannot be saved: a resumed run starts fresh episodes (the reward normaliser's running
+  variance is saved; its per-env discounted returns restart at 0 with the episodes).
+
+Departures from CleanRL's ppo_procgen: envpool in place of procgen's gym3 vector env (the same games, observations
+channel-first). envpool resets an env on the step after its episode ends: that step ignores the action and returns
+reward 0 and the new level's first frame, so each episode adds one transition whose action did nothing (CleanRL's
+envpool Atari scripts share this; gym3 resets within the last step). The ReLU before the flatten is applied before
+it (the same values), so that a conv channel counts as one neuron of the dormant metric. Every finished episode is
+logged (CleanRL: the first of each vector step). The evaluation is this script's (CleanRL has none).
+"""
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+import envpool
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.optim as optim
+import tyro
+from torch.distributions.categorical import Categorical
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    torch_threads: int = 0
+    """CPU threads for torch (0 = torch's default)"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanrl-scale"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the model into `runs/{run_name}`"""
+
+    # Algorithm specific arguments
+    env_id: str = "StarpilotEasy-v0"
+    """the id of the envpool Procgen environment, {Game}{Easy|Hard|...}-v0"""
+    num_levels: int = 0
+    """the number of training levels (0: unlimited, the full distribution, as CleanRL and the paper)"""
+    start_level: int = 0
+    """the first training level (with --num-levels > 0: levels start-level ... start-level + num-levels - 1)"""
+    eval_every: int = 50
+    """evaluate on held-out levels every this many iterations and after the last (0: never)"""
+    eval_episodes: int = 64
+    """held-out levels per evaluation: one episode on each, the same levels at every evaluation"""
+    total_timesteps: int = 25000000
+    """total environment steps of the experiment (a fixed data budget)"""
+    learning_rate: float = 5e-4
+    """the learning rate of the optimizer (lr0 of a scaling recipe)"""
+    num_envs: int = 64
+    """the number of parallel game environments"""
+    num_steps: int = 256
+    """the number of steps to run in each environment per policy rollout"""
+    anneal_lr: bool = False
+    """Toggle learning rate annealing for policy and value networks"""
+    gamma: float = 0.999
+    """the discount factor gamma (also of the returns whose running std normalises the rewards)"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: Optional[int] = None
+    """the number of mini-batches (default 8, or derived from --minibatch-size or the recipe)"""
+    minibatch_size: int = 0
+    """the mini-batch size (0 = derive it from --num-minibatches)"""
+    update_epochs: int = 3
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: Optional[float] = None
+    """the target KL divergence threshold"""
+    grad_accum_size: int = 4096
+    """most states through the network at once: bigger minibatches accumulate gradients over chunks (0 = never split)"""
+    separate_encoders: bool = False
+    """if toggled, actor and critic each get their own CNN torso (data-collection §5.2)"""
+
+    # Scaling recipes (stagnation paper §5, App. D)
+    scaling_recipe: str = "none"
+    """how minibatches and lr follow --num-envs: none, more-minibatches, bigger-minibatch, bigger-minibatch-sqrt-lr, hybrid"""
+    base_num_envs: int = 64
+    """N0: the number of envs of the base config a recipe scales from"""
+    base_num_minibatches: int = 8
+    """M0: the number of minibatches of the base config a recipe scales from"""
+    hybrid_minibatch_factor: int = 0
+    """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
+
+    # Learning-dynamics metrics (data-collection App. B)
+    dynamics_every: int = 10
+    """compute the dynamics/ metrics every this many iterations (0 disables them)"""
+    dynamics_batch: int = 1024
+    """number of states of the current batch the dynamics/ metrics are computed on"""
+    dormant_tau: float = 0.025
+    """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+    kl_sample: int = 0
+    """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
+
+    # Checkpoints
+    save_every: int = 0
+    """write runs/<run>/checkpoints/iter_<i>.pt every this many iterations and after the last (0: only when signalled)"""
+    resume: Optional[str] = None
+    """a checkpoint to continue from (its env, --num-envs and encoders; fresh episodes, everything else exact)"""
+    reset_envs_at: int = 0
+    """restart every env on fresh episodes after this iteration, as a resumed run does (0: never; to check a resume)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime)"""
+
+
+class BadFlag(ValueError):
+    """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
+
+    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
+    """
+    if base_num_envs <= 0 or base_num_minibatches <= 0:
+        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
+    if (base_num_envs * num_steps) % base_num_minibatches:
+        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
+    k = Fraction(num_envs, base_num_envs)
+    base_mb_size = base_num_envs * num_steps // base_num_minibatches
+    if recipe == "more-minibatches":
+        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
+    elif recipe == "bigger-minibatch":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
+    elif recipe == "bigger-minibatch-sqrt-lr":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
+    elif recipe == "hybrid":
+        if b <= 0:
+            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
+        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
+    else:
+        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    mb_size = size_factor * base_mb_size
+    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
+        raise BadFlag(
+            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
+        )
+    return int(minibatches), int(mb_size), lr0 * lr_factor
+
+
+def resolve_args(args):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
+    if not 0 <= args.seed < 2**31:
+        raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
+        if getattr(args, flag) <= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size", "ent_coef",
+                 "vf_coef", "kl_sample", "save_every", "reset_envs_at", "num_levels", "start_level", "eval_every"):
+        if getattr(args, flag) < 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
+        if not getattr(args, flag) > 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    if args.target_kl is not None and not args.target_kl > 0:
+        raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
+    if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
+        raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
+    for flag in ("gamma", "gae_lambda"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.procgen":
+        raise BadFlag(f"--env-id must be an envpool Procgen id such as StarpilotEasy-v0 (got {args.env_id!r})")
+    if args.start_level and not args.num_levels:
+        raise BadFlag(f"--start-level {args.start_level} needs --num-levels > 0 (with 0 levels are drawn from the full "
+                      "distribution, whatever the start)")
+    if args.start_level + args.num_levels >= 2**31:
+        raise BadFlag(f"--start-level + --num-levels must be below 2^31 (Procgen's int32 level seeds; got "
+                      f"{args.start_level + args.num_levels})")
+    args.batch_size = args.num_envs * args.num_steps
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
+            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
+        )
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = 8 if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.kl_sample > args.batch_size:
+        raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
+    if args.norm_adv and args.minibatch_size < 2:
+        raise BadFlag(f"--minibatch-size must be at least 2 with --norm-adv (the std of one advantage is undefined; got {args.minibatch_size})")
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.resume is not None:
+        check_resume(args, load_checkpoint(args.resume))
+    return args
+
+
+CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "separate_encoders")  # the network, the storage and the episode counters
+
+
+def load_checkpoint(path):
+    """The dict `save_checkpoint` wrote, or BadFlag."""
+    if not os.path.isfile(path):
+        raise BadFlag(f"--resume {path}: no such file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are Python objects
+    except Exception as e:
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script ({type(e).__name__})")
+    if not isinstance(state, dict) or not {"agent", "optimizer", "rng", "iteration", "global_step", "args", "return_rms"} <= set(state):
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
+    return state
+
+
+def check_resume(args, state):
+    for flag in CHECKPOINT_MUST_MATCH:
+        if state["args"].get(flag) != getattr(args, flag):
+            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
+    if state["iteration"] >= args.num_iterations:
+        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+
+
+NOT_LEARNING = ("resume", "exp_name", "save_every", "reset_envs_at", "track", "wandb_project_name", "wandb_entity",
+                "save_model", "eval_every", "eval_episodes", "torch_threads")  # flags that do not change what a run learns
+
+
+def changed_flags(args, state):
+    """The flags of this run that differ from the checkpoint's run: it continues under the new ones."""
+    return [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+            if k not in NOT_LEARNING and state["args"].get(k, v) != v]
+
+
+def save_checkpoint(path, agent, optimizer, return_rms, iteration, global_step, recent_returns, args):
+    """Everything a run needs to continue exactly, but the games: written to a temporary name, then renamed."""
+    state = {
+        "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
+        "return_rms": (return_rms.mean, return_rms.var, return_rms.count),
+        "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
+        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
+    }
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save(state, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
+    return path
+
+
+def restore_rng(rng):
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and torch.cuda.is_initialized():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """GAE(lambda) over a rollout of shape (num_steps, num_envs); dones[t] marks obs[t] as a new episode."""
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    num_steps = rewards.shape[0]
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, advantages + values
+
+
+# Learning-dynamics metrics, data-collection paper App. B (formulas restored in SPEC.md)
+def feature_rank(features, threshold=0.99):
+    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
+    sv = torch.linalg.svdvals(features - features.mean(dim=0, keepdim=True))
+    energy = torch.cumsum(sv**2, dim=0)
+    if energy[-1] <= 0:
+        return 0
+    return int(torch.searchsorted(energy, threshold * energy[-1]).item()) + 1
+
+
+def dormant_percentage(activations, tau):
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers.
+
+    Each activation is (batch, units) or (batch, channels, height, width); a conv channel is one neuron.
+    """
+    dormant, total = 0, 0
+    for h in activations:
+        score = h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()
+        score = score.mean(dim=0)
+        score = score / (score.mean() + 1e-9)
+        dormant += int((score <= tau).sum().item())
+        total += score.numel()
+    return 100.0 * dormant / total
+
+
+def weight_norm(model):
+    """B.3: sqrt of the sum of squared Frobenius norms of the weight tensors (biases excluded)."""
+    return torch.sqrt(sum((p.detach() ** 2).sum() for n, p in model.named_parameters() if n.endswith("weight"))).item()
+
+
+def grad_kurtosis(grads):
+    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
+    g = torch.log(torch.cat([x.flatten() for x in grads]).abs() + 1e-8).double()
+    centred = g - g.mean()
+    return ((centred**4).mean() / (centred**2).mean() ** 2).item()
+
+
+def ess_percentage(ratios):
+    """B.5 (Martino et al., 2017): 100 * ESS / N with ESS = 1 / sum_i w_i^2, w = r / sum r."""
+    w = ratios.double() / ratios.double().sum()
+    return (100.0 / (w**2).sum() / ratios.numel()).item()
+
+
+def policy_variance(probs):
+    """B.6: mean over actions of the variance across states of pi(a|s); probs is (states, actions)."""
+    return probs.var(dim=0, unbiased=False).mean().item()
+
+
+def ppo_loss(agent, args, obs, actions, logprobs, advantages, returns, values):
+    """CleanRL's clipped PPO loss on (a chunk of) a minibatch, and its statistics; advantages come normalised."""
+    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(obs, actions)
+    logratio = newlogprob - logprobs
+    ratio = logratio.exp()
+
+    # Policy loss
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    # Value loss
+    newvalue = newvalue.view(-1)
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - returns) ** 2
+        v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    with torch.no_grad():
+        # approx_kl: http://joschu.net/blog/kl-approx.html
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+        stats = torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac])
+    return loss, stats
+
+
+class RunningMeanStd:
+    """Running mean and variance of a stream of batches (Chan et al.'s parallel update), float64 numpy."""
+
+    def __init__(self, epsilon=1e-4, shape=()):
+        self.mean = np.zeros(shape, "float64")
+        self.var = np.ones(shape, "float64")
+        self.count = epsilon
+
+    def update(self, x):
+        self.update_from_moments(np.mean(x, axis=0), np.var(x, axis=0), x.shape[0])
+
+    def update_from_moments(self, batch_mean, batch_var, batch_count):
+        delta = batch_mean - self.mean
+        tot_count = self.count + batch_count
+        new_mean = self.mean + delta * batch_count / tot_count
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / tot_count
+        self.mean, self.var, self.count = new_mean, m2 / tot_count, tot_count
+
+
+def normalize_rewards(return_rms, returns, rewards, dones, gamma, epsilon=1e-8, clip=10.0):
+    """CleanRL's gym.wrappers.NormalizeReward(gamma) then TransformReward(clip to [-10, 10]), one vector step.
+
+    `returns` (per env, updated in place) is the discounted return so far; its running variance (over every env and
+    step) scales the rewards; an env's return restarts at 0 after its episode ends."""
+    returns[:] = returns * gamma + rewards
+    return_rms.update(returns)
+    normalized = rewards / np.sqrt(return_rms.var + epsilon)
+    returns[dones] = 0.0
+    return np.clip(normalized, -clip, clip)
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class ResidualBlock(nn.Module):
+    """x + conv1(relu(conv0(relu(x)))), 3x3 convs of padding 1 (IMPALA; CleanRL's ppo_procgen)."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.relu0, self.conv0 = nn.ReLU(), nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+        self.relu1, self.conv1 = nn.ReLU(), nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+
+    def forward(self, x):
+        return x + self.conv1(self.relu1(self.conv0(self.relu0(x))))
+
+
+def conv_sequence(in_channels, out_channels):
+    """An IMPALA stage: conv 3x3, max-pool 3 stride 2 (padding 1: 64 -> 32), two residual blocks."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1),
+        nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
+        ResidualBlock(out_channels),
+        ResidualBlock(out_channels),
+    )
+
+
+def impala_cnn(channels=(16, 32, 32), size=64):
+    """Three stages of widths 16, 32, 32 on 3 x 64 x 64 frames (-> 32 x 8 x 8), ReLU, dense 256, ReLU (Table 1).
+    PyTorch's default initialisation, as CleanRL's ppo_procgen."""
+    stages, in_channels = [], 3
+    for out_channels in channels:
+        stages.append(conv_sequence(in_channels, out_channels))
+        in_channels, size = out_channels, (size + 1) // 2
+    return nn.Sequential(*stages, nn.ReLU(), nn.Flatten(), nn.Linear(in_channels * size * size, 256), nn.ReLU())
+
+
+class Agent(nn.Module):
+    def __init__(self, num_actions, separate_encoders=False):
+        super().__init__()
+        self.network = impala_cnn()
+        self.critic_network = impala_cnn() if separate_encoders else None
+        self.actor = layer_init(nn.Linear(256, num_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(256, 1), std=1)
+
+    def preprocess(self, x):
+        """uint8 frames -> floats in [0, 1], in the memory layout of the conv weights."""
+        channels_last = self.network[0][0].weight.is_contiguous(memory_format=torch.channels_last)
+        x = x.to(torch.float32, copy=True).div_(255.0)  # divided in place: one allocation of the floats, not two
+        return x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+
+    def torsos(self, x):
+        """Features of the actor's and the critic's torso (the same tensor when shared); x is uint8."""
+        x = self.preprocess(x)
+        hidden = self.network(x)
+        return hidden, hidden if self.critic_network is None else self.critic_network(x)
+
+    def get_value(self, x):
+        return self.critic(self.torsos(x)[1])
+
+    def get_logits(self, x):
+        return self.actor(self.network(self.preprocess(x)))
+
+    def get_action_and_value(self, x, action=None):
+        actor_hidden, critic_hidden = self.torsos(x)
+        logits = self.actor(actor_hidden)
+        probs = Categorical(logits=logits, validate_args=False)  # a nan reaches the end-of-iteration check, not a raise
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), self.critic(critic_hidden), logits
+
+
+def hidden_activations(torso, x):
+    """Outputs of every ReLU of a torso in the order they run (those inside the residual blocks included); the last
+    one is the penultimate-layer features."""
+    acts = []
+    hooks = [m.register_forward_hook(lambda module, inputs, output: acts.append(output))
+             for m in torso.modules() if isinstance(m, nn.ReLU)]
+    try:
+        torso(x)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return acts
+
+
+@torch.no_grad()
+def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
+    """feature rank, dormant %, weight norm, policy variance and ESS on a sample of the batch (App. B)."""
+    x = agent.preprocess(obs)
+    metrics = {"dynamics/weight_norm": weight_norm(agent)}
+    torsos = [("", agent.network)] + ([("_critic", agent.critic_network)] if agent.critic_network is not None else [])
+    for suffix, torso in torsos:
+        acts = hidden_activations(torso, x)
+        metrics[f"dynamics/feature_rank{suffix}"] = feature_rank(acts[-1])
+        metrics[f"dynamics/dormant_pct{suffix}"] = dormant_percentage(acts, tau)
+        if suffix == "":
+            logits = agent.actor(acts[-1])
+    dist = Categorical(logits=logits)
+    metrics["dynamics/policy_variance"] = policy_variance(dist.probs)
+    metrics["dynamics/ess_pct"] = ess_percentage((dist.log_prob(actions) - old_logprobs).exp())
+    return metrics
+
+
+def make_env(env_id, num_envs, seed, num_levels=0, start_level=0):
+    """envpool's Procgen: frames (3, 64, 64) uint8, 15 actions, raw rewards; levels start_level ... start_level +
+    num_levels - 1, or the full distribution (num_levels 0), drawn from the pool's seed."""
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_levels=num_levels,
+                        start_level=start_level)
+
+
+def evaluate(agent, env_id, eval_episodes, seed, device):
+    """(return, level seed) of one episode on each of `eval_episodes` levels drawn from the full distribution by
+    `seed`, actions sampled from a generator of its own seeded by `seed`: the same levels and draws at every call,
+    and the training's random streams untouched (a resumed run continues exactly)."""
+    envs = make_env(env_id, eval_episodes, seed)
+    obs, info = envs.reset()
+    levels = info["level_seed"].copy()
+    generator = torch.Generator(device=device).manual_seed(seed)
+    returns, finished = np.zeros(eval_episodes), np.zeros(eval_episodes, dtype=bool)
+    while not finished.all():
+        with torch.inference_mode():
+            probs = torch.softmax(agent.get_logits(torch.as_tensor(obs, device=device)), dim=-1)
+            action = torch.multinomial(probs, 1, generator=generator).squeeze(1)
+        obs, reward, term, trunc, _ = envs.step(action.cpu().numpy())
+        returns += reward * ~finished
+        finished |= term | trunc
+    envs.close()
+    return returns, levels
+
+
+def training_levels(levels, start_level, num_levels):
+    """How many of `levels` are training levels, start_level ... start_level + num_levels - 1."""
+    levels = np.asarray(levels, dtype=np.int64)
+    return int(((levels >= start_level) & (levels < start_level + num_levels)).sum())
+
+
+REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
+
+
+def main(args):
+    signalled = []  # SIGTERM / SIGUSR1 (Slurm's pre-timeout signal): checkpoint at the end of this iteration, exit 75
+    for signum in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, lambda signum, frame: signalled.append(signum))
+    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    checkpoint = load_checkpoint(args.resume) if args.resume else None
+    print(
+        f"batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
+        f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
+        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs; "
+        + (f"levels {args.start_level} to {args.start_level + args.num_levels - 1}" if args.num_levels else "unlimited levels")
+        + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
+           "(envpool's game state is not saved)" if checkpoint else "")
+        + (f"; flags changed since the checkpoint: {', '.join(changed_flags(args, checkpoint))}"
+           if checkpoint and changed_flags(args, checkpoint) else "")
+    )
+    if args.track:
+        import wandb
+
+        wandb.init(
+            project=args.wandb_project_name,
+            entity=args.wandb_entity,
+            sync_tensorboard=True,
+            config=vars(args),
+            name=run_name,
+            save_code=True,
+        )
+    writer = SummaryWriter(f"runs/{run_name}")
+    writer.add_text(
+        "hyperparameters",
+        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
+    )
+
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    if args.torch_threads:
+        torch.set_num_threads(args.torch_threads)
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_env(args.env_id, args.num_envs, args.seed, args.num_levels, args.start_level)
+    num_actions = envs.action_space.n
+    agent = Agent(num_actions, args.separate_encoders).to(device)
+    if device.type == "cpu":
+        agent.to(memory_format=torch.channels_last)  # halves the conv update's time on CPU (measured)
+    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    # rollout storage; observations stay uint8 and are converted per minibatch. With channels_last networks they are
+    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy)
+    obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    if device.type == "cpu":
+        obs = obs.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
+    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
+    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
+    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
+    values = torch.zeros((args.num_steps, args.num_envs), device=device)
+    episode_returns = np.zeros(args.num_envs)
+    recent_returns = deque(maxlen=20)
+    return_rms, discounted_returns = RunningMeanStd(), np.zeros(args.num_envs)  # the reward normaliser
+    eval_seed = (args.seed + 10_000) % 2**31  # the evaluation's levels: drawn apart from the training pool's stream
+
+    start_iteration, global_step = 0, 0
+    if checkpoint:
+        agent.load_state_dict(checkpoint["agent"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's flag, not the saved one (annealing sets it anew)
+        start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
+        recent_returns.extend(checkpoint["recent_returns"])
+        return_rms.mean, return_rms.var, return_rms.count = checkpoint["return_rms"]
+        restore_rng(checkpoint["rng"])
+    checkpoint_dir = f"runs/{run_name}/checkpoints"
+    last_checkpoint = args.resume
+
+    start_time, start_step, eval_seconds = time.time(), global_step, 0.0
+    next_obs, _ = envs.reset()
+    next_obs = torch.as_tensor(next_obs, device=device)
+    next_done = torch.zeros(args.num_envs, device=device)
+    progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
+                    dynamic_ncols=True)
+    chunk = args.grad_accum_size or args.minibatch_size
+
+    for iteration in range(start_iteration + 1, args.num_iterations + 1):
+        if args.anneal_lr:
+            frac = 1.0 - (iteration - 1.0) / args.num_iterations
+            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+        for step in range(0, args.num_steps):
+            global_step += args.num_envs
+            obs[step] = next_obs
+            dones[step] = next_done
+            with torch.inference_mode():
+                action, logprob, _, value, logits = agent.get_action_and_value(next_obs)
+            values[step] = value.flatten()
+            actions[step] = action
+            logprobs[step] = logprob
+            behaviour_logits[step] = logits
+
+            next_obs, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
+            episode_end = np.logical_or(terminations, truncations)
+            normalized = normalize_rewards(return_rms, discounted_returns, reward, episode_end, args.gamma)
+            rewards[step] = torch.as_tensor(normalized, device=device, dtype=torch.float32)
+            next_obs = torch.as_tensor(next_obs, device=device)
+            next_done = torch.as_tensor(episode_end, device=device, dtype=torch.float32)
+
+            episode_returns += reward  # the game's own rewards
+            for idx in np.flatnonzero(episode_end):
+                writer.add_scalar("charts/episodic_return", episode_returns[idx], global_step)
+                writer.add_scalar("charts/episodic_length", info["elapsed_step"][idx], global_step)
+                recent_returns.append(episode_returns[idx])
+            episode_returns[episode_end] = 0.0
+
+        with torch.no_grad():
+            next_value = agent.get_value(next_obs).reshape(1, -1)
+            advantages, returns = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+
+        b_obs = obs.reshape((-1,) + envs.observation_space.shape)
+        b_logprobs = logprobs.reshape(-1)
+        b_actions = actions.reshape(-1)
+        b_advantages = advantages.reshape(-1)
+        b_returns = returns.reshape(-1)
+        b_values = values.reshape(-1)
+
+        measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
+        b_inds = np.arange(args.batch_size)
+        # the minibatches' statistics stay on the device; they are read once per iteration (no per-minibatch sync)
+        clipfrac_sum, grad_norm_sum, minibatch_steps = torch.zeros((), device=device), torch.zeros((), device=device), 0
+        for epoch in range(args.update_epochs):
+            np.random.shuffle(b_inds)
+            epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
+            for start in range(0, args.batch_size, args.minibatch_size):
+                mb_inds = epoch_inds[start : start + args.minibatch_size]
+                mb_advantages = b_advantages[mb_inds]
+                if args.norm_adv:
+                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+                optimizer.zero_grad()
+                mb_stats = 0.0
+                # a minibatch larger than --grad-accum-size goes through the network in chunks: same gradient, less memory
+                for c in range(0, args.minibatch_size, chunk):
+                    inds = mb_inds[c : c + chunk]
+                    loss, stats = ppo_loss(
+                        agent, args, b_obs[inds], b_actions[inds], b_logprobs[inds],
+                        mb_advantages[c : c + chunk], b_returns[inds], b_values[inds],
+                    )
+                    share = len(inds) / args.minibatch_size
+                    (loss * share).backward()
+                    mb_stats = mb_stats + stats * share
+                if measure and epoch == 0 and start == 0:
+                    # B.4 on the raw gradient of the iteration's first minibatch, before clipping rescales it
+                    kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
+                grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                clipfrac_sum += mb_stats[4]
+                minibatch_steps += 1
+                optimizer.step()
+
+            if args.target_kl is not None and mb_stats[3].item() > args.target_kl:  # one read per epoch, only with --target-kl
+                break
+
+        # KL(behaviour || updated policy) after the last epoch, exact for a categorical, on the whole batch or a
+        # --kl-sample of it; DDR = transitions per iteration / that KL (stagnation §4.4)
+        with torch.inference_mode():
+            b_behaviour_logits = behaviour_logits.reshape(-1, num_actions)
+            kl_inds = torch.randperm(args.batch_size, device=device)[: args.kl_sample] if args.kl_sample else None
+            kl_sum = torch.zeros((), device=device)
+            for start in range(0, args.kl_sample or args.batch_size, chunk):
+                inds = kl_inds[start : start + chunk] if kl_inds is not None else slice(start, start + chunk)
+                new_logits = agent.get_logits(b_obs[inds])
+                old_logp = torch.log_softmax(b_behaviour_logits[inds], dim=-1)
+                kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum()
+            var_y = b_returns.var(unbiased=False)
+            explained_var = torch.where(var_y > 0, 1 - (b_returns - b_values).var(unbiased=False) / var_y, torch.nan)
+            # the parameters, the last minibatch's losses and the updated policy's KL on the batch (a forward pass)
+            finite = (torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all()
+                      & torch.isfinite(mb_stats).all() & torch.isfinite(kl_sum))
+            read = torch.cat([mb_stats, torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
+                              grad_norm_sum / minibatch_steps, explained_var, finite.float()])]).tolist()  # the one sync
+        pg_loss, v_loss, entropy_loss, approx_kl, _, kl, clipfrac, grad_norm, explained_var, finite = read
+        if not finite:
+            progress.close()
+            print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
+                  f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
+            sys.exit(1)
+
+        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("losses/value_loss", v_loss, global_step)
+        writer.add_scalar("losses/policy_loss", pg_loss, global_step)
+        writer.add_scalar("losses/entropy", entropy_loss, global_step)
+        writer.add_scalar("losses/approx_kl", kl, global_step)
+        writer.add_scalar("losses/approx_kl_last_minibatch", approx_kl, global_step)
+        writer.add_scalar("losses/clipfrac", clipfrac, global_step)
+        writer.add_scalar("losses/grad_norm", grad_norm, global_step)
+        writer.add_scalar("losses/explained_variance", explained_var, global_step)
+        writer.add_scalar("charts/ddr", args.batch_size / max(kl, 1e-12), global_step)
+        if measure:
+            sample = torch.randperm(args.batch_size, device=device)[: args.dynamics_batch]
+            metrics = dynamics_metrics(agent, b_obs[sample], b_actions[sample], b_logprobs[sample], args.dormant_tau)
+            metrics["dynamics/grad_kurtosis"] = kurtosis
+            for tag, value in metrics.items():
+                writer.add_scalar(tag, value, global_step)
+        if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations):
+            eval_start = time.time()
+            scores, levels = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device)
+            writer.add_scalar("eval/episodic_return", scores.mean(), global_step)
+            if args.num_levels:  # held out: none of the evaluation's levels is a training level (checked, not assumed)
+                writer.add_scalar("eval/training_levels", training_levels(levels, args.start_level, args.num_levels),
+                                  global_step)
+            eval_seconds += time.time() - eval_start
+        sps = int((global_step - start_step) / (time.time() - start_time - eval_seconds))  # training only
+        writer.add_scalar("charts/SPS", sps, global_step)
+        progress.update(args.batch_size)
+        progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-")
+
+        if signalled or (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)):
+            last_checkpoint = save_checkpoint(f"{checkpoint_dir}/iter_{iteration}.pt", agent, optimizer, return_rms,
+                                              iteration, global_step, recent_returns, args)
+        if signalled and iteration < args.num_iterations:
+            progress.close()
+            print(f"stopped by signal {signalled[0]} after iteration {iteration}; resume with --resume {last_checkpoint}")
+            writer.close()
+            envs.close()
+            sys.exit(REQUEUE)
+        if iteration == args.reset_envs_at:  # what a resume from this iteration's checkpoint does
+            envs.close()
+            envs = make_env(args.env_id, args.num_envs, args.seed, args.num_levels, args.start_level)
+            next_obs = torch.as_tensor(envs.reset()[0], device=device)
+            next_done = torch.zeros(args.num_envs, device=device)
+            episode_returns[:] = 0.0
+            discounted_returns[:] = 0.0
+
+    progress.close()
+    envs.close()
+    if args.save_model:
+        model_path = f"runs/{run_name}/{args.exp_name}.pt"
+        torch.save(agent.state_dict(), model_path)
+        print(f"model saved to {model_path}")
+    writer.close()
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    try:
+        resolve_args(args)
+    except BadFlag as e:
+        print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    main(args)
