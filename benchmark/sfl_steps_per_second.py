@@ -8,11 +8,14 @@ Three measurements, each of a copy of the script run from a temporary directory:
 - `weak-scaling`: `throughput` at 1, 2 and 4 devices (forced host devices on a CPU) with
   --envs-per-device envs on each, reporting steps/s per device.
 - `first-update`: seconds from launch to the first logged update (compilation + the first SFL
-  buffer + the first update) and to the first buffer, with the script's defaults unless flags follow.
+  buffer + the first update) and to the first buffer, with the script's defaults unless flags follow;
+  with --against REV, also of the script as it was at git revision REV, right after in each repeat
+  (the order alternating between repeats), and their ratio.
 
     python benchmark/sfl_steps_per_second.py throughput --env-size s --num-envs 256 --num-steps 64
     python benchmark/sfl_steps_per_second.py weak-scaling --env-size s --envs-per-device 64 --num-steps 64
     python benchmark/sfl_steps_per_second.py first-update --env-size s --num-envs 256 -- --sfl-num-candidates 256
+    python benchmark/sfl_steps_per_second.py first-update --against cc2b0cf --repeats 3 -- --sfl-num-candidates 256
 
 Flags after `--` go to the script.
 """
@@ -27,7 +30,7 @@ import time
 
 import numpy as np
 
-from common import ROOT, jax_machine, load_script, read_run, repeat_and_report, run_dirs, update_wall_times
+from common import ROOT, jax_machine, load_script, read_run, repeat_and_report, run_dirs, script_at, update_wall_times
 
 SCRIPT = "ppo_kinetix_sfl"
 
@@ -138,11 +141,23 @@ def first_update(opts):
     flags = ["--env-size", opts.env_size, "--model", opts.model, "--num-envs", opts.num_envs,
              "--level-filter-pool", filter_pool(opts.num_envs), "--eval-every", 0, *opts.extra]
 
+    earlier = script_at(SCRIPT, opts.against, tempfile.mkdtemp()) if opts.against else None
+    repeats = []
+
     def measure():
+        if not earlier:
+            return cold_start(ROOT / "cleanrl_scale" / f"{SCRIPT}.py")
+        order = ["this", "earlier"] if len(repeats) % 2 == 0 else ["earlier", "this"]  # A B, then B A, ...
+        repeats.append(order)
+        times = {who: cold_start(ROOT / "cleanrl_scale" / f"{SCRIPT}.py" if who == "this" else earlier) for who in order}
+        return {**times["this"], "earlier_first_update_s": times["earlier"]["first_update_s"],
+                "speedup": times["earlier"]["first_update_s"] / times["this"]["first_update_s"]}
+
+    def cold_start(script):
         with tempfile.TemporaryDirectory() as tmp, open(os.path.join(tmp, "stderr.txt"), "w+") as log:
             env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # cold: nothing compiled before
             launched = time.time()
-            process = subprocess.Popen([sys.executable, str(ROOT / "cleanrl_scale" / f"{SCRIPT}.py"), *map(str, flags)],
+            process = subprocess.Popen([sys.executable, str(script), *map(str, flags)],
                                        cwd=tmp, env=dict(env, WANDB_MODE="offline"), stdout=subprocess.DEVNULL, stderr=log)
             while True:  # the run is long: stop it once its first update is logged
                 time.sleep(5)
@@ -159,7 +174,9 @@ def first_update(opts):
                 "first_update_s": scalars["charts/SPS"][0].wall_time - launched}
 
     def describe(r):
-        return f"first SFL buffer after {r['first_buffer_s']:.0f} s, first update logged after {r['first_update_s']:.0f} s"
+        return (f"first SFL buffer after {r['first_buffer_s']:.0f} s, first update logged after {r['first_update_s']:.0f} s"
+                + (f"; at {opts.against}: {r['earlier_first_update_s']:.0f} s, this one x{r['speedup']:.2f} sooner"
+                   if earlier else ""))
 
     return repeat_and_report(opts, measure, describe, f"{opts.model}, size {opts.env_size}, {opts.num_envs} envs, {' '.join(map(str, opts.extra)) or 'defaults'}",
                              jax_machine())
@@ -177,6 +194,7 @@ def main():
     parser.add_argument("--iterations", type=int, default=5, help="training updates per measurement")
     parser.add_argument("--scans", type=int, default=3, help="timed random-action rollouts of --num-steps steps")
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--against", metavar="REV", help="first-update: also time the script as it was at this git revision")
     parser.add_argument("--json", help="also write the results to this file")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)  # what follows -- goes to the script

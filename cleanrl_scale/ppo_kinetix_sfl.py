@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from functools import partial
@@ -938,11 +939,16 @@ def main(args):
     rng = jax.random.fold_in(jax.random.PRNGKey(args.seed), 1)  # apart from the evaluation set's PRNGKey(--eval-levels-seed)
     rng, k_init, k_sfl = jax.random.split(rng, 3)
     start_iteration, global_step, train_seconds = 0, 0, 0.0
+    shapes = jax.eval_shape(lambda: (init(k_init), sfl_update(init(k_init), k_sfl)))  # (shared, buffer)
     if args.resume is not None:
-        target = jax.eval_shape(lambda: (init(k_init), sfl_update(init(k_init), k_sfl)))
-        restored, start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, target)
+        restored, start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, shapes)
         shared, buffer = replicate(restored)
-    else:
+    # the update compiles on a second thread while this one builds the first SFL buffer (its own compilation and the
+    # filtering rollouts): XLA compiles without holding the GIL, so on two or more cores the two overlap
+    compiler = ThreadPoolExecutor(max_workers=1)
+    shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated), shapes)
+    compiled_update = compiler.submit(lambda: update.lower(*shapes).compile())
+    if args.resume is None:
         shared = init(replicate(k_init))
     # the evaluation set: --num-eval-levels random levels drawn once with --eval-levels-seed (the same for
     # every --seed, as Kinetix's PRNGKey(100) set), then the hand-designed levels; every process draws it alike
@@ -991,6 +997,8 @@ def main(args):
             buffer_p = host(buffer.success_rates)
             log("sfl/mean_learnability", (buffer_p * (1 - buffer_p)).mean(), global_step)
             log("sfl/buffer_solve_rate", host(buffer.success_rates).mean(), global_step)
+        if iteration == start_iteration + 1:
+            update = compiled_update.result()
         shared, metrics = update(shared, buffer)
         metrics = jax.tree.map(host, metrics)
         global_step += args.batch_size
