@@ -5,7 +5,7 @@
 #   bash benchmark/slurm/local_cluster.sh          # install (apt) if needed, configure, start
 set -euo pipefail
 if ! command -v slurmctld > /dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge > /dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q slurm-wlm munge > /dev/null
 fi
 host="$(hostname -s)"
 node="$(slurmd -C | head -1)"  # NodeName=<host> CPUs=.. Boards=.. ... RealMemory=..
