@@ -10,6 +10,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmark.common import finish, load_script, read_run, run_copy, run_dirs, start_copy  # noqa: E402,F401
 
 
+# what the torch PPO scripts (ppo_atari_envpool, ppo_procgen_envpool) log every iteration, and their dynamics/ tags
+PPO_EVERY_ITERATION = ["losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",
+                       "losses/value_loss", "losses/policy_loss", "losses/entropy", "charts/ddr", "charts/SPS",
+                       "charts/learning_rate"]
+PPO_DYNAMICS = ["dynamics/feature_rank", "dynamics/dormant_pct", "dynamics/weight_norm", "dynamics/grad_kurtosis",
+                "dynamics/policy_variance", "dynamics/ess_pct"]
+
+
 def read_values(run_dir):
     """({tag: [values]}, {tag: [texts]}) of a run."""
     scalars, texts = read_run(run_dir)

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from conftest import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
 from conftest import assert_bad_input, read_values, reference_gae, run_copy, run_dirs
 
 SCRIPT = "ppo_atari_envpool"
@@ -189,15 +190,6 @@ def test_bad_input_exits_2_with_one_line_and_no_run_dir(tmp_path, argv, flag):
 
 
 # ---------------------------------------------------------------- end to end on real envpool Atari
-EVERY_ITERATION = [
-    "losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",
-    "losses/value_loss", "losses/policy_loss", "losses/entropy", "charts/ddr", "charts/SPS",
-    "charts/learning_rate",
-]
-DYNAMICS = [
-    "dynamics/feature_rank", "dynamics/dormant_pct", "dynamics/weight_norm", "dynamics/grad_kurtosis",
-    "dynamics/policy_variance", "dynamics/ess_pct",
-]
 TINY = ["--num-envs", "8", "--num-steps", "64", "--total-timesteps", "2048", "--dynamics-every", "2",
         "--dynamics-batch", "128", "--update-epochs", "2"]
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from conftest import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
 from conftest import assert_bad_input, load_script, run_copy, run_ok
 
 SCRIPT = "ppo_procgen_envpool"
@@ -156,11 +157,6 @@ def test_hidden_activations_are_every_relu_in_order_the_last_the_features(procge
 
 
 # ---------------------------------------------------------------- a real run
-EVERY_ITERATION = ["losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",
-                   "losses/value_loss", "losses/policy_loss", "losses/entropy", "charts/ddr", "charts/SPS",
-                   "charts/learning_rate"]
-DYNAMICS = ["dynamics/feature_rank", "dynamics/dormant_pct", "dynamics/weight_norm", "dynamics/grad_kurtosis",
-            "dynamics/policy_variance", "dynamics/ess_pct"]
 
 
 def test_tiny_run_logs_every_tag_and_evaluates_on_held_out_levels(tmp_path):
