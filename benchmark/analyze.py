@@ -24,7 +24,15 @@ kept apart: each is its own config.
 - figures (PNG): learning curves with CI bands, the final statistic against --x-flag, the
   `dynamics/` tags per env (mean and 95% CI over seeds), the --heatmap of two flags, DDR against the
   best score coloured by config, all with legends in order of value; `report.md` puts the tables,
-  the number of runs per config and env, the missing and failed runs and the figures on one page.
+  the number of runs per config and env, the missing and failed runs and the figures on one page;
+- with --coverage, the coverage metric of the data-collection paper (App. B.7, Fig. 2) from the states the
+  scripts save at their measured iterations (`runs/<run>/coverage.bin`, --coverage-samples): per env, one
+  UMAP (umap-learn) projects the states of every run compared to 2-D, so that they share one projection; a
+  uniform --coverage-grid x --coverage-grid grid over the projection's bounding box; each run's share of
+  cells visited by its states so far, at each measured iteration (`coverage/cvg`: in `runs.csv`,
+  `coverage.csv` per run and iteration, `coverage_aggregate.csv` per config at the end of training), and
+  Fig. 2 per env (`coverage_<env>.png`: the projection per config coloured by training progress, and the
+  coverage over training, mean and 95% CI over seeds).
 """
 import argparse
 import json
@@ -69,8 +77,9 @@ STEP_UNIT = {"noisy_sgd": "gradient steps"}  # what a script's logged step count
 TRAIN_SECONDS = "charts/train_seconds"  # the training clock the JAX scripts log, carried over resumptions
 IQM_STATISTICS = ("iqm", "mean", "median", "optimality_gap")
 # Args fields never part of a config: the run's env and seed, and what cannot change results (launch.NON_IDENTITY)
-NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume"}
+NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume", "coverage_samples"}
 DYNAMICS = "dynamics/"
+COVERAGE = "coverage/cvg"
 
 
 def fail(message):
@@ -277,6 +286,87 @@ def summarise_run(task):
             entry["curves"][name] = (x, y)
         out[subrun] = entry
     return str(run_dir), command, out, (nbytes, wanted), None
+
+
+# ---------------------------------------------------------------------------------------------
+# Coverage (data-collection App. B.7, Fig. 2)
+# ---------------------------------------------------------------------------------------------
+def read_coverage(run_dir):
+    """The states a run saved for the coverage metric (a structured array: iteration, global_step, obs, features),
+    or None. Attempts (a resumed run writes a new TensorBoard run) are merged as read_run merges scalars: in the
+    order they started, each replacing the earlier ones' records from its first iteration on. A record cut short
+    by a kill is dropped."""
+    attempts = []
+    for header in Path(run_dir, "runs").glob("*/coverage.json"):
+        spec = json.loads(header.read_text())
+        dtype = np.dtype([(name, base, tuple(shape)) for name, base, shape in spec["dtype"]])
+        path = header.with_name("coverage.bin")
+        raw = path.read_bytes() if path.exists() else b""
+        records = np.frombuffer(raw, dtype, count=len(raw) // dtype.itemsize)
+        starts = [int(f.name.split(".")[3]) for f in header.parent.glob("events.out.tfevents.*") if f.name.split(".")[3].isdigit()]
+        attempts.append((min(starts, default=0), header.parent.name, records))
+    merged = None
+    for _, _, records in sorted(attempts, key=lambda a: a[:2]):
+        if len(records):
+            merged = records if merged is None else np.concatenate([merged[merged["iteration"] < records["iteration"].min()], records])
+    return merged
+
+
+def grid_cells(points, low, high, grid):
+    """App. B.7: the cell of each 2-D point in a uniform grid x grid over the box [low, high], as one index
+    i * grid + j; a point on the upper edge falls in the last cell, and a zero-width axis is one cell wide."""
+    span = np.where(high > low, high - low, 1.0)
+    ij = np.clip(np.floor((points - low) / span * grid).astype(np.int64), 0, grid - 1)
+    return ij[:, 0] * grid + ij[:, 1]
+
+
+def cumulative_coverage(cells, iterations, grid):
+    """(iterations, coverage): at each iteration with states, the share of the grid x grid cells that the states
+    of that iteration and all before it occupy (App. B.7's Cvg, cumulative over iterations)."""
+    order = np.argsort(iterations, kind="stable")
+    iterations, cells = iterations[order], cells[order]
+    unique, first_of_cell = np.unique(cells, return_index=True)  # where each cell is first visited
+    firsts = np.sort(first_of_cell)
+    at, ends = np.unique(iterations, return_index=True)
+    ends = np.append(ends[1:], len(iterations))  # one past the last state of each iteration
+    return at, np.searchsorted(firsts, ends, side="left") / grid**2
+
+
+def project(samples, seed, fit_points):
+    """2-D UMAP of `samples` (rows); fitted on at most fit_points of them (drawn with `seed`), the rest transformed."""
+    import umap  # umap-learn; imported here: its numba start-up is paid only with --coverage
+
+    x = samples.reshape(len(samples), -1).astype(np.float32)
+    reducer = umap.UMAP(n_components=2, random_state=seed)
+    if len(x) <= fit_points:
+        return reducer.fit_transform(x)
+    fit = np.random.default_rng(seed).choice(len(x), fit_points, replace=False)
+    reducer.fit(x[fit])
+    return reducer.transform(x)
+
+
+def coverage_tables(done, keys, space, grid, seed, fit_points, x_unit):
+    """(per run and iteration: run, env, iteration, x, cvg; per state: run, env, progress, u, v): one projection
+    per env over the states of every run of that env."""
+    found = [(key, command, read_coverage(d)) for (d, command), key in zip(done, keys)]
+    found = [(key, command, r) for key, command, r in found if r is not None and len(r)]
+    curves, points = [], []
+    for env in sorted({command["env"] for _, command, _ in found}):
+        runs = [(key, r) for key, command, r in found if command["env"] == env]
+        samples = np.concatenate([r[space] / (255.0 if space == "obs" else 1.0) for _, r in runs])
+        embedded = project(samples, seed, fit_points)
+        low, high = embedded.min(axis=0), embedded.max(axis=0)
+        start = 0
+        for key, r in runs:
+            xy, start = embedded[start:start + len(r)], start + len(r)
+            at, cvg = cumulative_coverage(grid_cells(xy, low, high, grid), r["iteration"], grid)
+            order = np.argsort(r["iteration"], kind="stable")
+            steps = r["global_step"][order][np.unique(r["iteration"][order], return_index=True)[1]]
+            curves += [{"run": key, "env": env, "iteration": int(i), "x": float(i if x_unit == "iterations" else s),
+                        "cvg": float(c)} for i, s, c in zip(at, steps, cvg)]
+            progress = r["iteration"] / r["iteration"].max()
+            points += [{"run": key, "env": env, "progress": p, "u": u, "v": v} for p, (u, v) in zip(progress, xy)]
+    return pd.DataFrame(curves), pd.DataFrame(points)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -505,6 +595,35 @@ def plot_dynamics(runs_frame, env, order, xlabel, path):
     save(fig, path)
 
 
+def plot_coverage(points, runs_frame, env, order, xlabel, grid, path, shown=4000, seed=0):
+    """Fig. 2 for one env: per config the projected states of its runs (at most `shown`, drawn with `seed`)
+    coloured by training progress, and below the coverage over training (mean and 95% CI over seeds)."""
+    configs = [c for c in order if (points[points.env == env].config == c).any()]
+    fig = plt.figure(figsize=(3.2 * max(len(configs), 2), 6.4))
+    spec = fig.add_gridspec(2, max(len(configs), 2))
+    here = points[points.env == env]
+    for i, config in enumerate(configs):
+        ax = fig.add_subplot(spec[0, i])
+        p = here[here.config == config]
+        p = p.sample(min(len(p), shown), random_state=seed)
+        image = ax.scatter(p.u, p.v, c=p.progress, cmap="viridis", s=3, vmin=0, vmax=1)
+        pad_u, pad_v = 0.02 * (here.u.max() - here.u.min()), 0.02 * (here.v.max() - here.v.min())  # edge points whole
+        ax.set(title=config, xticks=[], yticks=[], xlim=(here.u.min() - pad_u, here.u.max() + pad_u),
+               ylim=(here.v.min() - pad_v, here.v.max() + pad_v))
+    fig.colorbar(image, ax=fig.axes, label="share of training", shrink=0.45, location="right")
+    ax = fig.add_subplot(spec[1, :])
+    curves = config_curves(runs_frame[runs_frame.env == env], COVERAGE, "mean", 50, 0)
+    for config in configs:
+        c = curves[curves.config == config]
+        ax.plot(c.x, c["mean"], label=config)
+        ax.fill_between(c.x, c.mean_low, c.mean_high, alpha=0.2)
+    ax.set(xlabel=xlabel, ylabel=f"coverage ({grid} x {grid} cells)")
+    ax.legend(fontsize=7)
+    fig.suptitle(f"{env or 'default env'}: states of the measured iterations, one UMAP")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
 def plot_heatmap(scores, rows_flag, cols_flag, ylabel, path):
     table = scores.pivot_table(index=rows_flag, columns=cols_flag, values="normalised", aggfunc="mean")
     table = table.sort_index(key=lambda s: s.map(value_key)).sort_index(axis=1, key=lambda s: s.map(value_key))
@@ -563,6 +682,15 @@ def build_parser():
                         "score (stagnation Fig. 4: the better of annealing on/off per learning rate; chosen on the same runs)")
     parser.add_argument("--ddr", action="store_true", help="read charts/ddr and plot the median DDR against the best score")
     parser.add_argument("--no-dynamics", action="store_true", help="skip the dynamics/ tags")
+    parser.add_argument("--coverage", action="store_true", help="the coverage metric and Fig. 2 (App. B.7) from the "
+                        "states the runs saved (their --coverage-samples)")
+    parser.add_argument("--coverage-grid", type=int, default=32, help="G of the G x G grid over the projection (the "
+                        "paper's value did not survive in its text)")
+    parser.add_argument("--coverage-space", choices=["obs", "features"], default="obs", help="what UMAP projects: the "
+                        "saved observation thumbnails (comparable across runs) or each run's penultimate features "
+                        "(each network's own feature space, projected together)")
+    parser.add_argument("--coverage-fit", type=int, default=20000, help="states UMAP is fitted on, per env (the "
+                        "others are transformed)")
     parser.add_argument("--envs", nargs="+", metavar="ENV", help="analyse only these envs' runs (e.g. one game of several "
                         "whose returns have no common scale)")
     parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 8), help="processes reading runs")
@@ -575,7 +703,7 @@ def main(argv=None):
     opts = parser.parse_args(argv)
     if not 0 < opts.final_fraction <= 1:
         fail(f"--final-fraction must lie in (0, 1] (got {opts.final_fraction})")
-    for flag in ("points", "reps", "jobs"):
+    for flag in ("points", "reps", "jobs", "coverage_grid", "coverage_fit"):
         if getattr(opts, flag) <= 0:
             fail(f"--{flag} must be positive (got {getattr(opts, flag)})")
     started = time.time()
@@ -592,6 +720,8 @@ def main(argv=None):
         fail(f"no finished run under {', '.join(opts.out_dirs)} ({len(registered)} registered)")
     scripts = {c["script"] for _, c in done}
     tag = opts.tag or DEFAULT_TAG.get(sorted(scripts)[0], "charts/episodic_return")
+    if opts.coverage and opts.x_unit == "seconds":
+        fail("--coverage draws against steps or iterations, not --x-unit seconds")
     if opts.x_unit == "iterations" and any("batch_size" not in c for _, c in done):
         fail("--x-unit iterations needs runs whose script has a batch (num-envs x num-steps)")
     reading = {"ddr": opts.ddr, "dynamics": not opts.no_dynamics, "final_fraction": opts.final_fraction,
@@ -658,6 +788,20 @@ def main(argv=None):
     runs_frame["normalised"] = runs_frame.value
     for env, at in runs_frame[runs_frame.tag == tag].groupby("env"):
         runs_frame.loc[at.index, "normalised"] = human_normalised(at.value.to_numpy(), env) if normalise else at.value
+    coverage = pd.DataFrame()
+    if opts.coverage:
+        keys = [f"{c['grid']}/{c['name']}" if "grid" in c else c["name"] for _, c in done]
+        coverage, coverage_points = coverage_tables(done, keys, opts.coverage_space, opts.coverage_grid, opts.seed,
+                                                    opts.coverage_fit, opts.x_unit)
+        if coverage.empty:
+            fail("--coverage: no finished run saved states for it (runs/<run>/coverage.bin; the scripts' --coverage-samples)")
+        by_run = meta.reset_index().drop_duplicates("run").set_index("run")[["config", "seed"]]
+        coverage = coverage.join(by_run, on="run", how="inner")
+        coverage_points = coverage_points.join(by_run, on="run", how="inner")
+        runs_frame = pd.concat([runs_frame, pd.DataFrame({
+            "run": coverage.run, "subrun": "", "tag": COVERAGE, "x": coverage.x, "value": coverage.cvg,
+            "config": coverage.config, "env": coverage.env, "seed": coverage.seed, "normalised": coverage.cvg})],
+            ignore_index=True)
 
     out = Path(opts.output) if opts.output else Path(opts.out_dirs[0]) / "analysis"
     out.mkdir(parents=True, exist_ok=True)
@@ -691,6 +835,21 @@ def main(argv=None):
     if opts.ddr and scores.ddr.notna().any():
         plot_ddr(scores, order, tag, out / "ddr.png")
         figures["DDR against the best score"] = "ddr.png"
+    coverage_table = None
+    if not coverage.empty:
+        write(coverage, "coverage")
+        final = coverage.sort_values("iteration").groupby("run").tail(1).rename(columns={"cvg": "coverage"})
+        coverage_table = pd.DataFrame([{"config": config, "runs": len(g), "envs": g.env.nunique(),
+                                        **estimate(g, "coverage", statistic, opts.reps, opts.seed, only=True)}
+                                       for config, g in final.groupby("config", sort=False)])
+        coverage_table = coverage_table.set_index("config").reindex([c for c in order if c in set(final.config)]).reset_index()
+        coverage_table.to_csv(out / "coverage_aggregate.csv", index=False)
+        coverage_points.to_csv(out / "coverage_points.csv", index=False)
+        for env in sorted(coverage.env.unique()):
+            name = f"coverage_{re.sub(r'[^A-Za-z0-9.-]', '-', env or 'default')}.png"
+            plot_coverage(coverage_points, runs_frame, env, order, unit, opts.coverage_grid, out / name, seed=opts.seed)
+            figures[f"coverage, {env or 'default env'} (App. B.7, Fig. 2; {opts.coverage_space}, {opts.coverage_grid} x "
+                    f"{opts.coverage_grid} grid)"] = name
 
     counts = scores.pivot_table(index="config", columns="env", values="seed", aggfunc="count", fill_value=0)
     counts = counts.reindex([c for c in order if c in counts.index]).reset_index()
@@ -707,6 +866,11 @@ def main(argv=None):
         report += ["\n## Missing and failed runs\n", "| run | state | log |\n|---|---|---|\n"
                    + "".join(f"| {n} | {s} | {log} |\n" for n, s, log in unfinished)
                    + "".join(f"| {n} | finished without logging `{tag}` | |\n" for n in silent)]
+    if coverage_table is not None:
+        without = sorted(set(scores.run) - set(coverage.run))
+        report += [f"\n## Coverage at the end of training (App. B.7: share of {opts.coverage_grid} x {opts.coverage_grid} "
+                   f"cells of one UMAP per env of the {opts.coverage_space} states; {how})\n", markdown_table(coverage_table)]
+        report += [f"\n{len(without)} finished runs saved no states for it (e.g. {without[0]}): left out.\n"] if without else []
     report += [f"\n## {title}\n\n![{title}]({file})\n" for title, file in figures.items()]
     (out / "report.md").write_text("\n".join(report))
     print(f"read {wanted} values from {nbytes / 2**20:.1f} MiB of event files of {len(done)} runs in {read_seconds:.3f} s; "

@@ -8,7 +8,8 @@ Implements CleanRL's ppo_atari_envpool (Huang et al., 2022) with:
   grow the minibatch (optionally with a sqrt-scaled learning rate), or a hybrid of both;
 - the learning-dynamics metrics of "The Impact of On-Policy Parallelized Data Collection on Deep RL
   Networks" (App. B): feature rank, dormant neurons, weight norm, gradient kurtosis, policy
-  variance and effective sample size, plus the Data-to-Divergence Ratio (stagnation §4.4);
+  variance and effective sample size, plus the Data-to-Divergence Ratio (stagnation §4.4); at the same
+  iterations a few states of the batch are saved for the coverage metric (App. B.7, benchmark/analyze.py --coverage);
 - shared or separate CNN encoders for actor and critic (data-collection §5.2);
 - uint8 rollout storage, so that 1024 envs x 128 steps fit in a few GiB;
 - runs that survive preemption: --save-every / --resume checkpoints (network, Adam, every RNG, counters),
@@ -16,6 +17,7 @@ Implements CleanRL's ppo_atari_envpool (Huang et al., 2022) with:
   and a loss or parameter that is not finite stops the run with one line naming the last good checkpoint.
   Envpool's emulator state cannot be saved: a resumed run starts fresh episodes.
 """
+import json
 import math
 import os
 import random
@@ -122,6 +124,10 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+    coverage_samples: int = 4
+    """states of each measured iteration's batch (the dynamics/ cadence) appended to runs/<run>/coverage.bin for the
+    coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`): the newest frame averaged over
+    4x4 blocks (21x21 uint8) and the actor's penultimate features (float16), ~1.5 kB a state; 0 disables"""
     kl_sample: int = 0
     """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
 
@@ -187,7 +193,7 @@ def resolve_args(args):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size", "ent_coef",
-                 "vf_coef", "kl_sample", "save_every", "reset_envs_at"):
+                 "vf_coef", "kl_sample", "save_every", "reset_envs_at", "coverage_samples"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
@@ -222,6 +228,9 @@ def resolve_args(args):
         if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
             raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
         args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.coverage_samples > min(args.dynamics_batch, args.batch_size):
+        raise BadFlag(f"--coverage-samples {args.coverage_samples} is more than the states the dynamics/ metrics sample "
+                      f"(--dynamics-batch {args.dynamics_batch}, batch {args.batch_size})")
     if args.kl_sample > args.batch_size:
         raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
     if args.norm_adv and args.minibatch_size < 2:
@@ -469,6 +478,38 @@ def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
     return metrics
 
 
+# Coverage (data-collection App. B.7): a few states of each measured iteration, projected by analyze.py --coverage
+def coverage_dtype(feature_dim):
+    """One saved state: when, the newest 84x84 frame averaged over 4x4 blocks, and the penultimate features."""
+    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
+                     ("features", "<f2", (feature_dim,))])
+
+
+@torch.no_grad()
+def coverage_records(agent, obs, iteration, global_step):
+    """The records of states `obs` (uint8, N x 4 x 84 x 84) for runs/<run>/coverage.bin."""
+    thumbnails = obs[:, -1].float().reshape(len(obs), 21, 4, 21, 4).mean((2, 4)).round().to(torch.uint8)
+    features = hidden_activations(agent.network, agent.preprocess(obs))[-1]
+    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
+    records["iteration"], records["global_step"] = iteration, global_step
+    records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
+    return records
+
+
+def append_coverage(run_dir, records):
+    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
+    header = os.path.join(run_dir, "coverage.json")
+    if not os.path.exists(header):
+        with open(header, "w") as f:
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
+                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
+                                 for name in records.dtype.names],
+                       "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks",
+                       "features": "the actor torso's last ReLU"}, f)
+    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
+        f.write(records.tobytes())
+
+
 def make_env(env_id, num_envs, seed):
     # CleanRL's envpool Atari setup: episodic life and clipped rewards for training; info["reward"]
     # keeps the raw score and info["lives"] the lives left, from which a game over is read.
@@ -697,6 +738,9 @@ def main(args):
             metrics["dynamics/grad_kurtosis"] = kurtosis
             for tag, value in metrics.items():
                 writer.add_scalar(tag, value, global_step)
+            if args.coverage_samples:
+                append_coverage(f"runs/{run_name}", coverage_records(agent, b_obs[sample[: args.coverage_samples]],
+                                                                     iteration, global_step))
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
         progress.update(args.batch_size)

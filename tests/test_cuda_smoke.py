@@ -1,5 +1,4 @@
 """benchmark/cuda_smoke.sh: on a machine without a GPU it stops before any run, and its flags stay those the scripts take."""
-import importlib.util
 import re
 import shlex
 import shutil
@@ -9,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import tyro
+
+from conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "benchmark" / "cuda_smoke.sh"
@@ -37,8 +38,5 @@ def test_without_a_gpu_it_stops_before_any_run(tmp_path):
 
 @pytest.mark.parametrize("name,script,argv", smoke_flags(), ids=[run[0] for run in smoke_flags()])
 def test_every_run_s_flags_parse_with_its_script(name, script, argv):
-    spec = importlib.util.spec_from_file_location(f"smoke_{name}", ROOT / "cleanrl_scale" / f"{script}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    args = tyro.cli(module.Args, args=argv)  # a renamed or removed flag exits here (tyro: exit 2)
+    args = tyro.cli(load_script(script).Args, args=argv)  # a renamed or removed flag exits here (tyro: exit 2)
     assert args.exp_name == "cuda_smoke"

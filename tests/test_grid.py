@@ -346,6 +346,38 @@ def test_analysis_of_the_grid(grid):
     assert "Missing and failed" not in report
 
 
+def test_coverage_of_the_grid(grid, tmp_path):
+    """analyze.py --coverage on real runs: each run's states of its measured iterations, one projection per game."""
+    out = tmp_path / "a"
+    analyze.main([str(grid[0]), "--coverage", "--coverage-grid", "8", "--reps", "200", "--points", "4", "--output", str(out)])
+    coverage, points = pd.read_csv(out / "coverage.csv"), pd.read_csv(out / "coverage_points.csv")
+    assert coverage.run.nunique() == 4
+    for run, c in coverage.groupby("run"):
+        run_dir = grid[0] / "runs" / run
+        num_envs = resolved(run_dir)["num_envs"]
+        # iteration 1 and every 4th (TINY's --dynamics-every), 4 states each (--coverage-samples' default)
+        iterations = [1] + list(range(4, 4096 // (num_envs * 16) + 1, 4))
+        assert c.iteration.tolist() == iterations and c.x.tolist() == [i * num_envs * 16 for i in iterations]
+        assert len(analyze.read_coverage(run_dir)) == 4 * len(iterations) == (points.run == run).sum()
+        assert np.all(np.diff(c.cvg) >= 0) and 0 < c.cvg.iloc[-1] <= 1
+        # the last value by hand: the cells of the run's projected states in the game's bounding box
+        here = points[points.env == c.env.iloc[0]]
+        low, high = here[["u", "v"]].min().to_numpy(), here[["u", "v"]].max().to_numpy()
+        cells = analyze.grid_cells(points[points.run == run][["u", "v"]].to_numpy(), low, high, 8)
+        assert c.cvg.iloc[-1] == pytest.approx(len(np.unique(cells)) / 64, abs=1e-6)
+    table = pd.read_csv(out / "coverage_aggregate.csv")
+    assert table.config.tolist() == ["num-envs=4", "num-envs=8"] and (table.runs == 2).all()
+    finals = coverage.sort_values("iteration").groupby("run").cvg.last()
+    for row in table.itertuples():
+        runs = coverage[coverage.config == row.config].run.unique()
+        assert row.mean == pytest.approx(finals[runs].mean())
+    runs_table = pd.read_csv(out / "runs.csv")
+    assert (runs_table.tag == analyze.COVERAGE).sum() == len(coverage)
+    image = matplotlib.image.imread(out / "coverage_Breakout-v5.png")
+    assert image.shape[0] > 300 and image[..., :3].std() > 0.05
+    assert "## Coverage at the end of training" in (out / "report.md").read_text()
+
+
 def test_analysis_of_one_env_of_a_grid(grid, tmp_path, capsys):
     out = grid[0]
     one = analyze.main([str(out), "--reps", "200", "--points", "4", "--envs", "Breakout-v5", "--output", str(tmp_path / "a")])
@@ -471,6 +503,7 @@ RUNNER_GRIDS = {
     "sfl_fig19_filtering.sh": 3 * 3,
     # procgen_nenvs: 4 fixed-batch configs, 2 more N_envs and 2 longer rollouts than the shared 64 x 256
     "procgen_nenvs.sh": 2 * 5 * (4 + 2 + 2),
+    "coverage_fig2.sh": 10 * 5 * 4,  # Atari-10 x 5 seeds x 4 fixed-batch configs
 }
 
 
@@ -503,7 +536,8 @@ def test_runners_expand_the_papers_grids(dry_runs, runner):
 SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 3 * 7, "atari10_epochs.sh": 2 * 3 * 6, "noisy_sgd.sh": 5 * (1 + 2),
                "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 3, "recipes.sh": 2 * 2 * 3,
                "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}
-REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "com_eps.sh": 3 * 3, "stag_fig5b_eps.sh": 3 * 3}}
+REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "com_eps.sh": 3 * 3, "stag_fig5b_eps.sh": 3 * 3,
+                                                "coverage_fig2.sh": 2 * 3 * 3}}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR,
@@ -517,7 +551,7 @@ def test_reduced_scale_grids(tmp_path, scale, runner):
     lines = {line for line in result.stdout.splitlines() if line.startswith("(cd ")}
     assert len(lines) == REDUCED_GRIDS[scale][runner]
     if runner != "noisy_sgd.sh":
-        task = REDUCED_TASK[scale, "atari" if runner.startswith("atari10") else "stag"]
+        task = REDUCED_TASK[scale, "atari" if runner.startswith(("atari10", "coverage")) else "stag"]
         assert all(re.search(task, line) for line in lines)
 
 
