@@ -30,6 +30,7 @@ envpool Atari scripts share this; gym3 resets within the last step). The ReLU be
 it (the same values), so that a conv channel counts as one neuron of the dormant metric. Every finished episode is
 logged (CleanRL: the first of each vector step). The evaluation is this script's (CleanRL has none).
 """
+import json
 import math
 import os
 import random
@@ -142,6 +143,10 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+    coverage_samples: int = 4
+    """states of each measured iteration's batch (the dynamics/ cadence) appended to runs/<run>/coverage.bin for the
+    coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`): the 64x64 RGB frame averaged over
+    4x4 blocks (3x16x16 uint8) and the actor's penultimate features (float16); 0 disables"""
     kl_sample: int = 0
     """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
 
@@ -207,7 +212,8 @@ def resolve_args(args):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size", "ent_coef",
-                 "vf_coef", "kl_sample", "save_every", "reset_envs_at", "num_levels", "start_level", "eval_every"):
+                 "vf_coef", "kl_sample", "save_every", "reset_envs_at", "num_levels", "start_level", "eval_every",
+                 "coverage_samples"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
@@ -248,6 +254,9 @@ def resolve_args(args):
         if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
             raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
         args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.coverage_samples > min(args.dynamics_batch, args.batch_size):
+        raise BadFlag(f"--coverage-samples {args.coverage_samples} is more than the states the dynamics/ metrics sample "
+                      f"(--dynamics-batch {args.dynamics_batch}, batch {args.batch_size})")
     if args.kl_sample > args.batch_size:
         raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
     if args.norm_adv and args.minibatch_size < 2:
@@ -549,6 +558,38 @@ def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
     return metrics
 
 
+# Coverage (data-collection App. B.7): a few states of each measured iteration, projected by analyze.py --coverage
+def coverage_dtype(feature_dim):
+    """One saved state: when, the 64x64 RGB frame averaged over 4x4 blocks, and the penultimate features."""
+    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (3, 16, 16)),
+                     ("features", "<f2", (feature_dim,))])
+
+
+@torch.no_grad()
+def coverage_records(agent, obs, iteration, global_step):
+    """The records of states `obs` (uint8, N x 3 x 64 x 64) for runs/<run>/coverage.bin."""
+    thumbnails = obs.float().reshape(len(obs), 3, 16, 4, 16, 4).mean((3, 5)).round().to(torch.uint8)
+    features = hidden_activations(agent.network, agent.preprocess(obs))[-1]
+    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
+    records["iteration"], records["global_step"] = iteration, global_step
+    records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
+    return records
+
+
+def append_coverage(run_dir, records):
+    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
+    header = os.path.join(run_dir, "coverage.json")
+    if not os.path.exists(header):
+        with open(header, "w") as f:
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
+                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
+                                 for name in records.dtype.names],
+                       "obs": "the 64x64 RGB frame averaged over 4x4 blocks",
+                       "features": "the actor torso's last ReLU"}, f)
+    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
+        f.write(records.tobytes())
+
+
 def make_env(env_id, num_envs, seed, num_levels=0, start_level=0):
     """envpool's Procgen: frames (3, 64, 64) uint8, 15 actions, raw rewards; levels start_level ... start_level +
     num_levels - 1, or the full distribution (num_levels 0), drawn from the pool's seed."""
@@ -787,6 +828,9 @@ def main(args):
             metrics["dynamics/grad_kurtosis"] = kurtosis
             for tag, value in metrics.items():
                 writer.add_scalar(tag, value, global_step)
+            if args.coverage_samples:
+                append_coverage(f"runs/{run_name}", coverage_records(agent, b_obs[sample[: args.coverage_samples]],
+                                                                     iteration, global_step))
         if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations):
             eval_start = time.time()
             scores, levels = evaluate(agent, args.env_id, args.eval_episodes, eval_seed, device)

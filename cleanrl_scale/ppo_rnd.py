@@ -20,6 +20,7 @@ SIGTERM or SIGUSR1 checkpoint at the end of the iteration and exit 75, and a los
 is not finite stops the run naming the last good checkpoint. Envpool's emulator state cannot be
 saved: a resumed run starts fresh episodes.
 """
+import json
 import math
 import os
 import random
@@ -139,6 +140,10 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+    coverage_samples: int = 4
+    """states of each measured iteration's batch (the dynamics/ cadence) appended to runs/<run>/coverage.bin for the
+    coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`): the newest 84x84 frame averaged
+    over 4x4 blocks (21x21 uint8) and the actor's hidden layer, its penultimate features (float16); 0 disables"""
     kl_sample: int = 0
     """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
 
@@ -205,7 +210,7 @@ def resolve_args(args):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "int_coef", "ext_coef", "ent_coef",
-                 "vf_coef", "kl_sample", "save_every", "reset_envs_at"):
+                 "vf_coef", "kl_sample", "save_every", "reset_envs_at", "coverage_samples"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
@@ -242,6 +247,9 @@ def resolve_args(args):
         if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
             raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
         args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.coverage_samples > min(args.dynamics_batch, args.batch_size):
+        raise BadFlag(f"--coverage-samples {args.coverage_samples} is more than the states the dynamics/ metrics sample "
+                      f"(--dynamics-batch {args.dynamics_batch}, batch {args.batch_size})")
     if args.kl_sample > args.batch_size:
         raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
     if args.norm_adv and args.minibatch_size < 2:
@@ -559,6 +567,38 @@ def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
     }
 
 
+# Coverage (data-collection App. B.7): a few states of each measured iteration, projected by analyze.py --coverage
+def coverage_dtype(feature_dim):
+    """One saved state: when, the newest 84x84 frame averaged over 4x4 blocks, and the penultimate features."""
+    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
+                     ("features", "<f2", (feature_dim,))])
+
+
+@torch.no_grad()
+def coverage_records(agent, obs, iteration, global_step):
+    """The records of states `obs` (uint8, N x 4 x 84 x 84) for runs/<run>/coverage.bin."""
+    thumbnails = obs[:, -1].float().reshape(len(obs), 21, 4, 21, 4).mean((2, 4)).round().to(torch.uint8)
+    features = hidden_activations(agent, obs)[0][-1]
+    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
+    records["iteration"], records["global_step"] = iteration, global_step
+    records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
+    return records
+
+
+def append_coverage(run_dir, records):
+    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
+    header = os.path.join(run_dir, "coverage.json")
+    if not os.path.exists(header):
+        with open(header, "w") as f:
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
+                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
+                                 for name in records.dtype.names],
+                       "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks",
+                       "features": "the actor's hidden layer (448 units)"}, f)
+    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
+        f.write(records.tobytes())
+
+
 def make_env(env_id, num_envs, seed, sticky_action=True):
     # RND's setup: no episodic life (a life loss does not end the episode), clipped rewards, sticky
     # actions; info["reward"] keeps the raw score and info["ram"] the console RAM.
@@ -852,6 +892,9 @@ def main(args):
             metrics["dynamics/grad_kurtosis"] = kurtosis
             for tag, value in metrics.items():
                 writer.add_scalar(tag, value, global_step)
+            if args.coverage_samples:
+                append_coverage(f"runs/{run_name}", coverage_records(agent, b_obs[sample[: args.coverage_samples]],
+                                                                     iteration, global_step))
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
         progress.update(args.batch_size)

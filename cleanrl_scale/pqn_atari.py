@@ -14,6 +14,7 @@ global step), SIGTERM or SIGUSR1 checkpoint at the end of the iteration and exit
 parameter that is not finite stops the run naming the last good checkpoint. Envpool's emulator
 state cannot be saved: a resumed run starts fresh episodes.
 """
+import json
 import math
 import os
 import random
@@ -112,6 +113,10 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+    coverage_samples: int = 4
+    """states of each measured iteration's batch (the dynamics/ cadence) appended to runs/<run>/coverage.bin for the
+    coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`): the newest 84x84 frame averaged
+    over 4x4 blocks (21x21 uint8) and the Q-network's penultimate features (float16); 0 disables"""
 
     # Checkpoints
     save_every: int = 0
@@ -174,7 +179,8 @@ def resolve_args(args):
     for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "save_every", "reset_envs_at"):
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "save_every", "reset_envs_at",
+                 "coverage_samples"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "max_grad_norm"):
@@ -192,6 +198,9 @@ def resolve_args(args):
     if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
         raise BadFlag(f"--env-id must be an envpool Atari id such as Breakout-v5 (got {args.env_id!r})")
     args.batch_size = args.num_envs * args.num_steps
+    if args.coverage_samples > min(args.dynamics_batch, args.batch_size):
+        raise BadFlag(f"--coverage-samples {args.coverage_samples} is more than the states the dynamics/ metrics sample "
+                      f"(--dynamics-batch {args.dynamics_batch}, batch {args.batch_size})")
     if args.scaling_recipe != "none":
         if args.num_minibatches is not None or args.minibatch_size:
             raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
@@ -388,6 +397,38 @@ def dynamics_metrics(q_network, obs, tau):
     }
 
 
+# Coverage (data-collection App. B.7): a few states of each measured iteration, projected by analyze.py --coverage
+def coverage_dtype(feature_dim):
+    """One saved state: when, the newest 84x84 frame averaged over 4x4 blocks, and the penultimate features."""
+    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
+                     ("features", "<f2", (feature_dim,))])
+
+
+@torch.no_grad()
+def coverage_records(q_network, obs, iteration, global_step):
+    """The records of states `obs` (uint8, N x 4 x 84 x 84) for runs/<run>/coverage.bin."""
+    thumbnails = obs[:, -1].float().reshape(len(obs), 21, 4, 21, 4).mean((2, 4)).round().to(torch.uint8)
+    features = q_network.network(q_network.preprocess(obs))
+    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
+    records["iteration"], records["global_step"] = iteration, global_step
+    records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
+    return records
+
+
+def append_coverage(run_dir, records):
+    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
+    header = os.path.join(run_dir, "coverage.json")
+    if not os.path.exists(header):
+        with open(header, "w") as f:
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
+                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
+                                 for name in records.dtype.names],
+                       "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks",
+                       "features": "the Q-network torso's last ReLU (after its LayerNorm)"}, f)
+    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
+        f.write(records.tobytes())
+
+
 def make_env(env_id, num_envs, seed):
     # CleanRL's envpool Atari setup: episodic life and clipped rewards for training; info["reward"]
     # keeps the raw score and info["lives"] the lives left, from which a game over is read.
@@ -567,6 +608,9 @@ def main(args):
             metrics["dynamics/grad_kurtosis"] = kurtosis
             for tag, value in metrics.items():
                 writer.add_scalar(tag, value, global_step)
+            if args.coverage_samples:
+                append_coverage(f"runs/{run_name}", coverage_records(q_network, b_obs[sample[: args.coverage_samples]],
+                                                                     iteration, global_step))
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
         progress.update(args.batch_size)

@@ -70,6 +70,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -minutes[item.path])
 
 
+def assert_coverage(workdir, iterations, obs_shape, feature_dim, samples=4):
+    """The states a run saved for the coverage metric: `samples` of each measured iteration, the global step of
+    each, the thumbnail shape, and penultimate features after a ReLU (>= 0), finite."""
+    from benchmark.analyze import read_coverage
+
+    records = read_coverage(workdir)
+    assert records["iteration"].tolist() == [i for i in iterations for _ in range(samples)]
+    assert len(set(records["global_step"][records["iteration"] == iterations[-1]].tolist())) == 1
+    assert records["obs"].shape[1:] == obs_shape and records["features"].shape[1:] == (feature_dim,)
+    assert np.all(np.isfinite(records["features"])) and records["features"].min() >= 0 and records["features"].max() > 0
+
+
 def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):
     """A_t = sum_l (gamma lam)^l delta_{t+l}, summed forward until the episode ends."""
     T, N = rewards.shape

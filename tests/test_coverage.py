@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from benchmark import analyze
+from conftest import load_script
 
 
 def test_grid_cells_by_hand():
@@ -69,16 +70,33 @@ def test_resumed_attempts_merge_and_a_cut_record_is_dropped(ppo_atari, tmp_path)
     assert analyze.read_coverage(tmp_path / "nothing") is None
 
 
-def test_saved_states_are_block_means_of_the_newest_frame_and_the_actor_features(ppo_atari):
+# per script: its network, the frames it sees, the thumbnail the test expects (numpy, from the uint8 frames) and the
+# penultimate features it documents, computed here from the network's own layers
+SAVERS = {
+    "ppo_atari_envpool": (lambda m: m.Agent(4, separate_encoders=True), (4, 84, 84),
+                          lambda o: o[:, -1].reshape(-1, 21, 4, 21, 4).mean(axis=(2, 4)), lambda net, x: net.network(x)),
+    "pqn_atari": (lambda m: m.QNetwork(4), (4, 84, 84),
+                  lambda o: o[:, -1].reshape(-1, 21, 4, 21, 4).mean(axis=(2, 4)), lambda net, x: net.network(x)),
+    "ppo_rnd": (lambda m: m.Agent(18), (4, 84, 84), lambda o: o[:, -1].reshape(-1, 21, 4, 21, 4).mean(axis=(2, 4)),
+                lambda net, x: net.actor[1](net.actor[0](net.network(x)))),  # the actor's hidden layer (448)
+    "ppo_procgen_envpool": (lambda m: m.Agent(15, separate_encoders=True), (3, 64, 64),
+                            lambda o: o.reshape(-1, 3, 16, 4, 16, 4).mean(axis=(3, 5)), lambda net, x: net.network(x)),
+}
+
+
+@pytest.mark.parametrize("script", sorted(SAVERS))
+def test_saved_states_are_block_means_of_the_frame_and_the_penultimate_features(script):
+    make, shape, thumbnail, penultimate = SAVERS[script]
+    module = load_script(script)
     torch.manual_seed(0)
-    agent = ppo_atari.Agent(4, separate_encoders=True)
-    obs = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
-    records = ppo_atari.coverage_records(agent, obs, iteration=7, global_step=896)
+    net = make(module)
+    obs = torch.randint(0, 256, (5, *shape), dtype=torch.uint8)
+    records = module.coverage_records(net, obs, iteration=7, global_step=896)
     assert records["iteration"].tolist() == [7] * 5 and records["global_step"].tolist() == [896] * 5
-    frames = obs[:, -1].numpy().astype(np.float64)
-    thumbnails = np.round(frames.reshape(5, 21, 4, 21, 4).mean(axis=(2, 4)))  # 4 x 4 block means, rounded
-    assert np.abs(records["obs"].astype(np.float64) - thumbnails).max() <= 1  # float32 rounding at .5 may differ
+    expected = np.round(thumbnail(obs.numpy().astype(np.float64)))
+    assert records["obs"].shape == expected.shape
+    assert np.abs(records["obs"].astype(np.float64) - expected).max() <= 1  # float32 rounding at .5 may differ
     with torch.no_grad():
-        features = agent.network(obs.float() / 255.0).numpy()  # the actor's torso (not the critic's)
-    assert records["features"].dtype == np.float16 and features.shape == (5, 512)
+        features = penultimate(net, obs.float() / 255.0).numpy()
+    assert records["features"].dtype == np.float16 and records["features"].shape == features.shape
     np.testing.assert_allclose(records["features"].astype(np.float32), features, rtol=2e-3, atol=1e-3)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_bad_input, load_script, run_copy, run_ok, shared_runs
+from conftest import assert_bad_input, assert_coverage, load_script, run_copy, run_ok, shared_runs
 
 SCRIPT = "pqn_atari"
 TINY = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "512", "--dynamics-every", "2",
@@ -116,6 +116,7 @@ def test_recipe_keeps_the_minibatch_size_of_the_8_env_base(pqn):
     (["--seed", "2147483648"], "--seed must lie in [0, 2^31)"),
     (["--hybrid-minibatch-factor", "2"], "--hybrid-minibatch-factor applies to --scaling-recipe hybrid only"),
     (["--max-grad-norm=-1"], "--max-grad-norm must be positive"),
+    (["--coverage-samples", "65", "--dynamics-batch", "64"], "--coverage-samples 65 is more than the states"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, flag)
@@ -141,6 +142,7 @@ def test_tiny_run_logs_every_tag(tiny_run, pqn):
     q_network.load_state_dict(torch.load(run_dir / f"{SCRIPT}.pt"))
     assert len(scalars["eval/episodic_return"]) == 2
     assert list((workdir / "wandb").glob("offline-run-*")), "wandb offline run missing"
+    assert_coverage(workdir, [1, 2, 4], (21, 21), 512)
 
 
 def test_no_exploration_schedule_and_radam_in_a_real_run(tmp_path):

@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from benchmark.analyze import read_coverage
 from conftest import assert_bad_input, finish, read_run, read_values, run_copy, run_dirs, shared_runs, start_copy
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--dynamics-batch", "64"]
@@ -61,11 +62,14 @@ def uninterrupted(request, tmp_path_factory):
 
 
 def test_same_seed_and_flags_log_the_same_values_on_cpu(uninterrupted):
-    _, ((_, first), (_, second)) = uninterrupted
+    _, ((first_dir, first), (second_dir, second)) = uninterrupted
     assert set(first) == set(second)
     for tag in first:
         if tag != "charts/SPS":
             assert first[tag] == second[tag], tag
+    # the states saved for the coverage metric too, byte for byte (iterations 1, 2, 4, 4 states each)
+    assert (first_dir / "coverage.bin").read_bytes() == (second_dir / "coverage.bin").read_bytes()
+    assert read_coverage(first_dir.parent.parent)["iteration"].tolist() == [1] * 4 + [2] * 4 + [4] * 4
 
 
 def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
@@ -77,6 +81,8 @@ def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
     resumed = logged(run_dirs(tmp_path)[0])
     assert [step for step, _ in resumed["losses/grad_norm"]] == [384, 512, 640]  # iterations 3, 4, 5
     assert resumed == logged(run_dir, after=256)
+    after = read_coverage(run_dir.parent.parent)
+    assert read_coverage(tmp_path).tobytes() == after[after["iteration"] > 2].tobytes()  # iteration 4's states
 
 
 @pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_rnd"])
