@@ -353,7 +353,9 @@ def coverage_tables(done, keys, space, grid, seed, fit_points, x_unit):
     curves, points = [], []
     for env in sorted({command["env"] for _, command, _ in found}):
         runs = [(key, r) for key, command, r in found if command["env"] == env]
-        samples = np.concatenate([r[space] / (255.0 if space == "obs" else 1.0) for _, r in runs])
+        # uint8 frames (the torch scripts' thumbnails) to [0, 1]; the JAX scripts' float16 observations as they are
+        samples = np.concatenate([r[space] / 255.0 if r[space].dtype == np.uint8 else r[space].astype(np.float32)
+                                  for _, r in runs])
         embedded = project(samples, seed, fit_points)
         low, high = embedded.min(axis=0), embedded.max(axis=0)
         start = 0

@@ -15,7 +15,8 @@
   epsilon (Fig. 3a);
 - the learning-dynamics metrics of the data-collection paper (App. B: feature rank, dormant %, weight
   norm, gradient kurtosis, ESS, policy variance), defined and tagged as in the torch scripts and
-  computed inside the jitted update on a sample of the batch every --dynamics-every iterations.
+  computed inside the jitted update on a sample of the batch every --dynamics-every iterations; a few states of
+  that sample are saved for the coverage metric (App. B.7, `benchmark/analyze.py --coverage`).
 PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of
 them scanned in one call (at small batches a call's host cost outweighs an iteration's compute); the
 host loop logs a call's stacked metrics while the next call runs, evaluates and checkpoints.
@@ -144,6 +145,10 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+    coverage_samples: int = 4
+    """states of each measured iteration's batch (the dynamics/ cadence) appended to runs/<run>/coverage.bin for the
+    coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`): the observation and the actor's
+    penultimate features, both float16; 0 disables"""
 
     # Speed
     fuse_iterations: int = 0
@@ -237,7 +242,7 @@ def resolve_args(args):
                  "dynamics_batch"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every", "fuse_iterations"):
+    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every", "fuse_iterations", "coverage_samples"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for field in fields(args):  # inf and nan break every rule below without failing a comparison
@@ -298,6 +303,9 @@ def resolve_args(args):
         intervals = [every for every in (evals, args.save_every) if every]
         args.fuse_iterations = min([max(1, FUSE_TRANSITIONS // args.batch_size)] + intervals)
     args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)
+    if args.coverage_samples > min(args.dynamics_batch, args.batch_size):
+        raise BadFlag(f"--coverage-samples {args.coverage_samples} is more than the states the dynamics/ metrics sample "
+                      f"(--dynamics-batch {args.dynamics_batch}, batch {args.batch_size})")
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             raise BadFlag(f"--resume {args.resume}: no such file")
@@ -637,6 +645,9 @@ def make_train(args, env):
             "dynamics/policy_variance": policy_variance(logp, mask),
             "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(logp, action[sample]) - behav_logprob[sample])),
             "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
+            # states for the coverage metric (App. B.7): the first --coverage-samples of the sample, written by the host
+            "coverage/obs": obs[sample[: args.coverage_samples]].astype(jnp.float16),
+            "coverage/features": actor_hidden[-1][: args.coverage_samples].astype(jnp.float16),
         }
 
     def update(runner, levels, measure=False):
@@ -775,6 +786,28 @@ def make_train(args, env):
     return init, fused_update, evaluate, schedule
 
 
+# Coverage (data-collection App. B.7): a few states of each measured iteration, projected by analyze.py --coverage
+def coverage_records(obs, features, iteration, global_step):
+    """The records of one iteration's saved states (obs and features as the update returns them, float16)."""
+    records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "<f2", obs.shape[1:]),
+                                           ("features", "<f2", features.shape[1:])]))
+    records["iteration"], records["global_step"], records["obs"], records["features"] = iteration, global_step, obs, features
+    return records
+
+
+def append_coverage(run_dir, records):
+    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
+    header = os.path.join(run_dir, "coverage.json")
+    if not os.path.exists(header):
+        with open(header, "w") as f:
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
+                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
+                                 for name in records.dtype.names],
+                       "obs": "the observation the policy sees", "features": "the actor's last hidden layer"}, f)
+    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
+        f.write(records.tobytes())
+
+
 def save_checkpoint(path, runner, levels, iteration, global_step, train_seconds, args):
     """One .npz: every array of the runner state and the morphologies, plus the flags and counters."""
     leaves = jax.tree.leaves((runner, levels))
@@ -866,9 +899,12 @@ def main(args):
         now = time.time()
         for i, iteration in enumerate(range(first, last + 1)):
             metrics = {tag: value[i] for tag, value in stacked.items()}
+            global_step += args.batch_size
+            states = metrics.pop("coverage/obs", None), metrics.pop("coverage/features", None)
+            if measure[i] and args.coverage_samples and states[0] is not None:
+                append_coverage(f"runs/{run_name}", coverage_records(*states, iteration, global_step))
             if not measure[i]:
                 metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
-            global_step += args.batch_size
             episodes = metrics.pop("episodes")
             ret_sum, len_sum, solved = (metrics.pop(k) for k in ("episode_return_sum", "episode_length_sum", "episodes_solved"))
             if episodes:

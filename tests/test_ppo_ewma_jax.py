@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import assert_bad_input, load_script, read_run, read_values, run_copy, run_dirs, shared_runs
+from benchmark.analyze import read_coverage
+from conftest import assert_bad_input, assert_coverage, load_script, read_run, read_values, run_copy, run_dirs, shared_runs
 
 SCRIPT = "ppo_ewma_jax"
 # a tiny locomotion config: size s, few morphologies, envs and steps; 4 iterations, checkpoints at 2 and 4
@@ -262,7 +263,7 @@ def first_update_metrics(ewma, measure=False, **flags):
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
     _, metrics = jax.jit(update)(init(jax.random.PRNGKey(1), levels), levels, jnp.asarray([measure]), jnp.asarray([True]))
-    return {tag: float(value[0]) for tag, value in metrics.items()}
+    return {tag: float(value[0]) for tag, value in metrics.items() if not tag.startswith("coverage/")}  # scalars
 
 
 def test_fused_iterations_are_the_iterations_one_by_one(ewma):
@@ -281,8 +282,9 @@ def test_fused_iterations_are_the_iterations_one_by_one(ewma):
     for i in range(3):
         runner, metrics = update(runner, levels, measure[i:i + 1], jnp.asarray([True]))
         one_by_one.append(metrics)
-    for tag, values in stacked.items():
-        np.testing.assert_allclose(values, [float(m[tag][0]) for m in one_by_one], rtol=1e-5, atol=1e-7, err_msg=tag)
+    for tag, values in stacked.items():  # the coverage/ states are float16 arrays, the rest scalars
+        np.testing.assert_allclose(values, np.stack([np.asarray(m[tag][0], np.float32) for m in one_by_one]), rtol=1e-5,
+                                   atol=2e-3 if tag.startswith("coverage/") else 1e-7, err_msg=tag)
     for a, b in zip(jax.tree.leaves(fused), jax.tree.leaves(runner)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     feature_rank = stacked["dynamics/feature_rank"]
@@ -433,6 +435,14 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     fused, single = read_values(run_dirs(tmp_path / "3")[0])[0], read_values(run_dirs(tmp_path / "1")[0])[0]
     for tag in LOSS_TAGS[:4] + ["dynamics/feature_rank", "charts/episodic_return"]:
         np.testing.assert_allclose(fused[tag], single[tag], rtol=1e-4, err_msg=tag)
+    # the states saved for the coverage metric: 4 of each measured iteration, CartPole's 4 numbers and the actor's
+    # 256 tanh units (its last hidden layer), the same whether fused or not
+    assert_coverage(tmp_path / "3", [1, 3, 6], (4,), 256, relu=False)
+    fused_states, single_states = read_coverage(tmp_path / "3"), read_coverage(tmp_path / "1")
+    assert fused_states["global_step"].tolist() == single_states["global_step"].tolist() == [32] * 4 + [96] * 4 + [192] * 4
+    np.testing.assert_allclose(fused_states["obs"], single_states["obs"], atol=1e-3)
+    np.testing.assert_allclose(fused_states["features"], single_states["features"], atol=2e-3)
+    assert np.abs(fused_states["features"]).max() <= 1  # tanh
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -442,6 +452,7 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--dynamics-batch", "0"], "--dynamics-batch must be positive"),
     (["--dormant-tau", "nan"], "--dormant-tau must be a finite number"),
     (["--dormant-tau", "-0.1"], "--dormant-tau must be >= 0"),
+    (["--coverage-samples=-1"], "--coverage-samples must be >= 0"),
     (["--ewma-com", "inf"], "--ewma-com must be a finite number"),
     (["--learning-rate", "inf"], "--learning-rate must be a finite number"),
     (["--gamma", "nan"], "--gamma must be a finite number"),

@@ -8,7 +8,7 @@
 # its text: this runner takes Atari-10 (the runs are those of atari10_nenvs.sh's fixed_batch grid, shared through
 # the run store) and G = 32 (analyze.py's default). The paper's expectation: more envs, more coverage.
 # SCALE=gpu (fixed before any run): Phoenix and Qbert, 3 seeds, 1M steps per run, 8, 16 and 32 envs (atari10_nenvs.sh's
-# gpu fixed_batch runs). No SCALE=small: ppo_ewma_jax.py, the small scale's MinAtar script, saves no states yet.
+# gpu fixed_batch runs). No SCALE=small settings yet (ppo_ewma_jax.py on MinAtar saves states too; no claim reads them).
 source "$(dirname "$0")/common.sh"
 supports gpu
 if smoke; then
