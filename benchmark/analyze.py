@@ -35,6 +35,7 @@ kept apart: each is its own config.
   coverage over training, mean and 95% CI over seeds).
 """
 import argparse
+import importlib.util
 import json
 import mmap
 import os
@@ -77,7 +78,7 @@ STEP_UNIT = {"noisy_sgd": "gradient steps"}  # what a script's logged step count
 TRAIN_SECONDS = "charts/train_seconds"  # the training clock the JAX scripts log, carried over resumptions
 IQM_STATISTICS = ("iqm", "mean", "median", "optimality_gap")
 # Args fields never part of a config: the run's env and seed, and what cannot change results (launch.NON_IDENTITY)
-NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume", "coverage_samples"}
+NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume", "coverage_samples", "coverage_every"}
 DYNAMICS = "dynamics/"
 COVERAGE = "coverage/cvg"
 
@@ -294,8 +295,8 @@ def summarise_run(task):
 def read_coverage(run_dir):
     """The states a run saved for the coverage metric (a structured array: iteration, global_step, obs, features),
     or None. Attempts (a resumed run writes a new TensorBoard run) are merged as read_run merges scalars: in the
-    order they started, each replacing the earlier ones' records from its first iteration on. A record cut short
-    by a kill is dropped."""
+    order they started, each replacing the earlier ones' records from its first iteration on (an attempt that saved
+    nothing, e.g. resumed with --coverage-samples 0, replaces nothing). A record cut short by a kill is dropped."""
     attempts = []
     for header in Path(run_dir, "runs").glob("*/coverage.json"):
         spec = json.loads(header.read_text())
@@ -318,6 +319,13 @@ def grid_cells(points, low, high, grid):
     span = np.where(high > low, high - low, 1.0)
     ij = np.clip(np.floor((points - low) / span * grid).astype(np.int64), 0, grid - 1)
     return ij[:, 0] * grid + ij[:, 1]
+
+
+def batch_coverage(cells, iterations, grid):
+    """(iterations, coverage): the share of cells the states of each iteration alone occupy (one batch's spread)."""
+    at, index = np.unique(iterations, return_inverse=True)
+    occupied = np.unique(index * grid**2 + cells)  # distinct (iteration, cell) pairs
+    return at, np.bincount(occupied // grid**2, minlength=len(at)) / grid**2
 
 
 def cumulative_coverage(cells, iterations, grid):
@@ -345,10 +353,11 @@ def project(samples, seed, fit_points):
     return reducer.transform(x)
 
 
-def coverage_tables(done, keys, space, grid, seed, fit_points, x_unit):
-    """(per run and iteration: run, env, iteration, x, cvg; per state: run, env, progress, u, v): one projection
-    per env over the states of every run of that env."""
-    found = [(key, command, read_coverage(d)) for (d, command), key in zip(done, keys)]
+def coverage_tables(runs, space, grid, seed, fit_points, x_unit):
+    """(per run and iteration: run, env, iteration, x, cvg (cumulative), cvg_batch (that iteration's states alone);
+    per state: run, env, progress, u, v) of runs [(key, run directory, command)]: one projection per env over the
+    states of every run of that env."""
+    found = [(key, command, read_coverage(d)) for key, d, command in runs]
     found = [(key, command, r) for key, command, r in found if r is not None and len(r)]
     curves, points = [], []
     for env in sorted({command["env"] for _, command, _ in found}):
@@ -361,14 +370,17 @@ def coverage_tables(done, keys, space, grid, seed, fit_points, x_unit):
         start = 0
         for key, r in runs:
             xy, start = embedded[start:start + len(r)], start + len(r)
-            at, cvg = cumulative_coverage(grid_cells(xy, low, high, grid), r["iteration"], grid)
+            cells = grid_cells(xy, low, high, grid)
+            at, cvg = cumulative_coverage(cells, r["iteration"], grid)
             order = np.argsort(r["iteration"], kind="stable")
             steps = r["global_step"][order][np.unique(r["iteration"][order], return_index=True)[1]]
-            curves += [{"run": key, "env": env, "iteration": int(i), "x": float(i if x_unit == "iterations" else s),
-                        "cvg": float(c)} for i, s, c in zip(at, steps, cvg)]
-            progress = r["iteration"] / r["iteration"].max()
-            points += [{"run": key, "env": env, "progress": p, "u": u, "v": v} for p, (u, v) in zip(progress, xy)]
-    return pd.DataFrame(curves), pd.DataFrame(points)
+            curves.append(pd.DataFrame({"run": key, "env": env, "iteration": at, "x": (at if x_unit == "iterations" else steps).astype(float),
+                                        "cvg": cvg, "cvg_batch": batch_coverage(cells, r["iteration"], grid)[1]}))
+            points.append(pd.DataFrame({"run": key, "env": env, "progress": r["iteration"] / r["iteration"].max(),
+                                        "u": xy[:, 0], "v": xy[:, 1]}))
+    if not curves:
+        return pd.DataFrame(), pd.DataFrame()
+    return pd.concat(curves, ignore_index=True), pd.concat(points, ignore_index=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,6 +402,11 @@ def grid_runs(out_dirs):
                 record["grid"] = Path(out_dir).resolve().name
             found.append((d, record, state))
     return found
+
+
+def run_key(command):
+    """A run's name in the tables; with several grids, prefixed by the grid's (a run two grids share, once per grid)."""
+    return f"{command['grid']}/{command['name']}" if "grid" in command else command["name"]
 
 
 def value_key(value):
@@ -622,7 +639,7 @@ def plot_coverage(points, runs_frame, env, order, xlabel, grid, path, shown=4000
     ax.set(xlabel=xlabel, ylabel=f"coverage ({grid} x {grid} cells)")
     ax.legend(fontsize=7)
     fig.suptitle(f"{env or 'default env'}: states of the measured iterations, one UMAP")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    fig.savefig(path, dpi=100, bbox_inches="tight")  # not save(): tight_layout cannot place the shared colour bar
     plt.close(fig)
 
 
@@ -724,6 +741,8 @@ def main(argv=None):
     tag = opts.tag or DEFAULT_TAG.get(sorted(scripts)[0], "charts/episodic_return")
     if opts.coverage and opts.x_unit == "seconds":
         fail("--coverage draws against steps or iterations, not --x-unit seconds")
+    if opts.coverage and importlib.util.find_spec("umap") is None:
+        fail("--coverage needs umap-learn (pip install -r requirements/requirements.txt)")
     if opts.x_unit == "iterations" and any("batch_size" not in c for _, c in done):
         fail("--x-unit iterations needs runs whose script has a batch (num-envs x num-steps)")
     reading = {"ddr": opts.ddr, "dynamics": not opts.no_dynamics, "final_fraction": opts.final_fraction,
@@ -744,7 +763,7 @@ def main(argv=None):
     # one row per run (and sub-run): identity, every resolved flag that varies, scores
     rows, curve_rows, silent = [], [], []
     for (_, command), (_, _, subruns, _, _) in zip(done, summaries):
-        key = f"{command['grid']}/{command['name']}" if "grid" in command else command["name"]  # a shared run, once per grid
+        key = run_key(command)
         if not subruns:
             silent.append(key)
         for subrun, entry in subruns.items():
@@ -792,8 +811,14 @@ def main(argv=None):
         runs_frame.loc[at.index, "normalised"] = human_normalised(at.value.to_numpy(), env) if normalise else at.value
     coverage = pd.DataFrame()
     if opts.coverage:
-        keys = [f"{c['grid']}/{c['name']}" if "grid" in c else c["name"] for _, c in done]
-        coverage, coverage_points = coverage_tables(done, keys, opts.coverage_space, opts.coverage_grid, opts.seed,
+        # the runs the tables keep (after --best-of), each directory once (a run two grids share is projected once and
+        # reported under the first grid's name)
+        kept, seen = [], set()
+        for d, c in done:
+            if run_key(c) in set(scores.run) and Path(d).resolve() not in seen:
+                kept.append((run_key(c), d, c))
+                seen.add(Path(d).resolve())
+        coverage, coverage_points = coverage_tables(kept, opts.coverage_space, opts.coverage_grid, opts.seed,
                                                     opts.coverage_fit, opts.x_unit)
         if coverage.empty:
             fail("--coverage: no finished run saved states for it (runs/<run>/coverage.bin; the scripts' --coverage-samples)")
@@ -840,9 +865,13 @@ def main(argv=None):
     coverage_table = None
     if not coverage.empty:
         write(coverage, "coverage")
+        # per run: the cumulative coverage at its end, and one batch's coverage averaged over its saved iterations
         final = coverage.sort_values("iteration").groupby("run").tail(1).rename(columns={"cvg": "coverage"})
+        final = final.join(coverage.groupby("run").cvg_batch.mean().rename("batch_coverage"), on="run")
         coverage_table = pd.DataFrame([{"config": config, "runs": len(g), "envs": g.env.nunique(),
-                                        **estimate(g, "coverage", statistic, opts.reps, opts.seed, only=True)}
+                                        **estimate(g, "coverage", statistic, opts.reps, opts.seed, only=True),
+                                        **{f"batch_{k}": v for k, v in
+                                           estimate(g, "batch_coverage", statistic, opts.reps, opts.seed, only=True).items()}}
                                        for config, g in final.groupby("config", sort=False)])
         coverage_table = coverage_table.set_index("config").reindex([c for c in order if c in set(final.config)]).reset_index()
         coverage_table.to_csv(out / "coverage_aggregate.csv", index=False)
@@ -870,8 +899,10 @@ def main(argv=None):
                    + "".join(f"| {n} | finished without logging `{tag}` | |\n" for n in silent)]
     if coverage_table is not None:
         without = sorted(set(scores.run) - set(coverage.run))
-        report += [f"\n## Coverage at the end of training (App. B.7: share of {opts.coverage_grid} x {opts.coverage_grid} "
-                   f"cells of one UMAP per env of the {opts.coverage_space} states; {how})\n", markdown_table(coverage_table)]
+        report += [f"\n## Coverage (App. B.7: share of {opts.coverage_grid} x {opts.coverage_grid} cells of one UMAP per env "
+                   f"of the {opts.coverage_space} states; {how})\n\n`{statistic}`: cumulative, at the end of training; "
+                   f"`batch_{statistic}`: one saved batch's states alone, averaged over the saved iterations.\n",
+                   markdown_table(coverage_table)]
         report += [f"\n{len(without)} finished runs saved no states for it (e.g. {without[0]}): left out.\n"] if without else []
     report += [f"\n## {title}\n\n![{title}]({file})\n" for title, file in figures.items()]
     (out / "report.md").write_text("\n".join(report))

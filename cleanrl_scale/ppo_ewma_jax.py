@@ -145,10 +145,14 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
-    coverage_samples: int = 4
-    """states of each measured iteration's batch (the dynamics/ cadence) appended to runs/<run>/coverage.bin for the
-    coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`): the observation and the actor's
-    penultimate features, both float16; 0 disables"""
+    coverage_samples: Optional[int] = None
+    """states of the dynamics/ sample (the first of them) appended to runs/<run>/coverage.bin at the iterations
+    --coverage-every names, for the coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`):
+    the observation and the actor's penultimate features, both float16; unset: the whole sample (--dynamics-batch,
+    at most the batch); 0 disables"""
+    coverage_every: int = 0
+    """save those states at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: the
+    multiple that gives about 20 saves in the run)"""
 
     # Speed
     fuse_iterations: int = 0
@@ -242,7 +246,7 @@ def resolve_args(args):
                  "dynamics_batch"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every", "fuse_iterations", "coverage_samples"):
+    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every", "fuse_iterations", "coverage_every"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for field in fields(args):  # inf and nan break every rule below without failing a comparison
@@ -298,14 +302,21 @@ def resolve_args(args):
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
+        raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
+                      f"first of the dynamics/ sample; got {args.coverage_samples})")
+    if args.coverage_samples is None:
+        args.coverage_samples = min(args.dynamics_batch, args.batch_size)
+    if args.dynamics_every and args.coverage_every % args.dynamics_every:
+        raise BadFlag(f"--coverage-every {args.coverage_every} must be a multiple of --dynamics-every {args.dynamics_every} "
+                      "(the states are saved at measured iterations)")
+    if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
+        args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
     if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
         evals = args.eval_every if args.env_id == "locomotion" else 0
         intervals = [every for every in (evals, args.save_every) if every]
         args.fuse_iterations = min([max(1, FUSE_TRANSITIONS // args.batch_size)] + intervals)
     args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)
-    if args.coverage_samples > min(args.dynamics_batch, args.batch_size):
-        raise BadFlag(f"--coverage-samples {args.coverage_samples} is more than the states the dynamics/ metrics sample "
-                      f"(--dynamics-batch {args.dynamics_batch}, batch {args.batch_size})")
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             raise BadFlag(f"--resume {args.resume}: no such file")
@@ -901,7 +912,7 @@ def main(args):
             metrics = {tag: value[i] for tag, value in stacked.items()}
             global_step += args.batch_size
             states = metrics.pop("coverage/obs", None), metrics.pop("coverage/features", None)
-            if measure[i] and args.coverage_samples and states[0] is not None:
+            if measure[i] and args.coverage_samples and (iteration == 1 or iteration % args.coverage_every == 0):
                 append_coverage(f"runs/{run_name}", coverage_records(*states, iteration, global_step))
             if not measure[i]:
                 metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}

@@ -143,10 +143,14 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
-    coverage_samples: int = 4
-    """states of each measured iteration's batch (the dynamics/ cadence) appended to runs/<run>/coverage.bin for the
-    coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`): the 64x64 RGB frame averaged over
-    4x4 blocks (3x16x16 uint8) and the actor's penultimate features (float16); 0 disables"""
+    coverage_samples: Optional[int] = None
+    """states of the dynamics/ sample (the first of them) appended to runs/<run>/coverage.bin at the iterations
+    --coverage-every names, for the coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`):
+    the 64x64 RGB frame averaged over 4x4 blocks (3x16x16 uint8) and the actor's penultimate features (float16);
+    unset: the whole sample (--dynamics-batch, at most the batch); 0 disables"""
+    coverage_every: int = 0
+    """save those states at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: the
+    multiple that gives about 20 saves in the run)"""
     kl_sample: int = 0
     """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
 
@@ -213,7 +217,7 @@ def resolve_args(args):
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size", "ent_coef",
                  "vf_coef", "kl_sample", "save_every", "reset_envs_at", "num_levels", "start_level", "eval_every",
-                 "coverage_samples"):
+                 "coverage_every"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
@@ -254,9 +258,6 @@ def resolve_args(args):
         if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
             raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
         args.minibatch_size = args.batch_size // args.num_minibatches
-    if args.coverage_samples > min(args.dynamics_batch, args.batch_size):
-        raise BadFlag(f"--coverage-samples {args.coverage_samples} is more than the states the dynamics/ metrics sample "
-                      f"(--dynamics-batch {args.dynamics_batch}, batch {args.batch_size})")
     if args.kl_sample > args.batch_size:
         raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
     if args.norm_adv and args.minibatch_size < 2:
@@ -264,6 +265,16 @@ def resolve_args(args):
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
+        raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
+                      f"first of the dynamics/ sample; got {args.coverage_samples})")
+    if args.coverage_samples is None:
+        args.coverage_samples = min(args.dynamics_batch, args.batch_size)
+    if args.dynamics_every and args.coverage_every % args.dynamics_every:
+        raise BadFlag(f"--coverage-every {args.coverage_every} must be a multiple of --dynamics-every {args.dynamics_every} "
+                      "(the states are saved at measured iterations)")
+    if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
+        args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
     if args.resume is not None:
         check_resume(args, load_checkpoint(args.resume))
     return args
@@ -828,7 +839,7 @@ def main(args):
             metrics["dynamics/grad_kurtosis"] = kurtosis
             for tag, value in metrics.items():
                 writer.add_scalar(tag, value, global_step)
-            if args.coverage_samples:
+            if args.coverage_samples and (iteration == 1 or iteration % args.coverage_every == 0):
                 append_coverage(f"runs/{run_name}", coverage_records(agent, b_obs[sample[: args.coverage_samples]],
                                                                      iteration, global_step))
         if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations):

@@ -70,7 +70,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -minutes[item.path])
 
 
-def assert_coverage(workdir, iterations, obs_shape, feature_dim, samples=4, relu=True):
+def assert_coverage(workdir, iterations, obs_shape, feature_dim, samples, relu=True):
     """The states a run saved for the coverage metric: `samples` of each measured iteration, the global step of
     each, the thumbnail shape, and penultimate features, finite (after a ReLU: >= 0)."""
     from benchmark.analyze import read_coverage

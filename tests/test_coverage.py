@@ -36,6 +36,15 @@ def test_cumulative_coverage_by_hand_and_against_the_definition():
         assert np.all(np.diff(cvg) >= 0) and 0 < cvg[-1] <= 1
 
 
+def test_batch_coverage_by_hand_and_against_the_definition():
+    at, cvg = analyze.batch_coverage(np.array([0, 0, 1, 5, 1, 7]), np.array([1, 1, 2, 2, 3, 5]), 3)
+    assert at.tolist() == [1, 2, 3, 5] and cvg.tolist() == pytest.approx([1 / 9, 2 / 9, 1 / 9, 1 / 9])
+    rng = np.random.default_rng(1)
+    cells, iterations = rng.integers(0, 64, 300), rng.integers(1, 30, 300)
+    at, cvg = analyze.batch_coverage(cells, iterations, 8)
+    assert cvg.tolist() == pytest.approx([len(set(cells[iterations == i].tolist())) / 64 for i in at])
+
+
 def test_uniform_states_cover_more_cells_than_clustered_ones_after_one_projection():
     rng = np.random.default_rng(0)
     uniform = rng.random((300, 32))

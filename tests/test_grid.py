@@ -355,27 +355,33 @@ def test_coverage_of_the_grid(grid, tmp_path):
     for run, c in coverage.groupby("run"):
         run_dir = grid[0] / "runs" / run
         num_envs = resolved(run_dir)["num_envs"]
-        # iteration 1 and every 4th (TINY's --dynamics-every), 4 states each (--coverage-samples' default)
+        # iteration 1 and every 4th (TINY's --dynamics-every; --coverage-every's ~20 saves round to it), the 64 states
+        # of the dynamics/ sample each (--coverage-samples' default: the whole sample)
         iterations = [1] + list(range(4, 4096 // (num_envs * 16) + 1, 4))
         assert c.iteration.tolist() == iterations and c.x.tolist() == [i * num_envs * 16 for i in iterations]
-        assert len(analyze.read_coverage(run_dir)) == 4 * len(iterations) == (points.run == run).sum()
+        assert len(analyze.read_coverage(run_dir)) == 64 * len(iterations) == (points.run == run).sum()
         assert np.all(np.diff(c.cvg) >= 0) and 0 < c.cvg.iloc[-1] <= 1
         # the last value by hand: the cells of the run's projected states in the game's bounding box
         here = points[points.env == c.env.iloc[0]]
         low, high = here[["u", "v"]].min().to_numpy(), here[["u", "v"]].max().to_numpy()
         cells = analyze.grid_cells(points[points.run == run][["u", "v"]].to_numpy(), low, high, 8)
         assert c.cvg.iloc[-1] == pytest.approx(len(np.unique(cells)) / 64, abs=1e-6)
+        # one batch alone: the cells of each saved iteration's states, at most the cumulative share
+        first = cells[:64]  # the records of iteration 1 come first
+        assert c.cvg_batch.iloc[0] == pytest.approx(len(np.unique(first)) / 64) == pytest.approx(c.cvg.iloc[0])
+        assert np.all(c.cvg_batch <= c.cvg + 1e-12)
     table = pd.read_csv(out / "coverage_aggregate.csv")
     assert table.config.tolist() == ["num-envs=4", "num-envs=8"] and (table.runs == 2).all()
     finals = coverage.sort_values("iteration").groupby("run").cvg.last()
     for row in table.itertuples():
         runs = coverage[coverage.config == row.config].run.unique()
         assert row.mean == pytest.approx(finals[runs].mean())
+        assert row.batch_mean == pytest.approx(coverage[coverage.run.isin(runs)].groupby("run").cvg_batch.mean().mean())
     runs_table = pd.read_csv(out / "runs.csv")
     assert (runs_table.tag == analyze.COVERAGE).sum() == len(coverage)
     image = matplotlib.image.imread(out / "coverage_Breakout-v5.png")
     assert image.shape[0] > 300 and image[..., :3].std() > 0.05
-    assert "## Coverage at the end of training" in (out / "report.md").read_text()
+    assert "## Coverage (App. B.7" in (out / "report.md").read_text()
 
 
 def test_analysis_of_one_env_of_a_grid(grid, tmp_path, capsys):

@@ -179,8 +179,9 @@ BAD_INPUT = [
     (["--ent-coef=-0.01"], "--ent-coef must be >= 0"),
     (["--vf-coef=-1"], "--vf-coef must be >= 0"),
     (["--kl-sample", "1025"], "--kl-sample 1025 is more than the batch"),
-    (["--coverage-samples=-1"], "--coverage-samples must be >= 0"),
-    (["--coverage-samples", "65", "--dynamics-batch", "64"], "--coverage-samples 65 is more than the states"),
+    (["--coverage-samples=-1"], "--coverage-samples must lie in [0, --dynamics-batch 1024]"),
+    (["--coverage-samples", "65", "--dynamics-batch", "64"], "--coverage-samples must lie in [0, --dynamics-batch 64]"),
+    (["--coverage-every", "15"], "--coverage-every 15 must be a multiple of --dynamics-every 10"),
     (["--save-every=-1"], "--save-every must be >= 0"),
     (["--resume", "no/such.pt"], "--resume no/such.pt: no such file"),
 ]

@@ -424,8 +424,8 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     iterations 1, 3 and 6, the training clock rising, and the same numbers as the run one iteration a call."""
     flags = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs",
              "1", "--total-timesteps", "224", "--dynamics-every", "3"]
-    for fuse in ("3", "1"):
-        result = run_script(flags + ["--fuse-iterations", fuse], tmp_path / fuse)
+    for fuse, extra in (("3", []), ("1", []), ("3_no_states", ["--coverage-samples", "0"])):
+        result = run_script(flags + ["--fuse-iterations", fuse[0]] + extra, tmp_path / fuse)
         assert result.returncode == 0, result.stderr[-3000:]
     events = read_run(run_dirs(tmp_path / "3")[0])[0]
     assert [e.step for e in events["losses/approx_kl"]] == [32 * i for i in range(1, 8)]
@@ -435,14 +435,19 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     fused, single = read_values(run_dirs(tmp_path / "3")[0])[0], read_values(run_dirs(tmp_path / "1")[0])[0]
     for tag in LOSS_TAGS[:4] + ["dynamics/feature_rank", "charts/episodic_return"]:
         np.testing.assert_allclose(fused[tag], single[tag], rtol=1e-4, err_msg=tag)
-    # the states saved for the coverage metric: 4 of each measured iteration, CartPole's 4 numbers and the actor's
-    # 256 tanh units (its last hidden layer), the same whether fused or not
-    assert_coverage(tmp_path / "3", [1, 3, 6], (4,), 256, relu=False)
+    # the states saved for the coverage metric: the whole batch (32 states, within --dynamics-batch) at each measured
+    # iteration, CartPole's 4 numbers and the actor's 256 tanh units (its last hidden layer), fused or not the same
+    assert_coverage(tmp_path / "3", [1, 3, 6], (4,), 256, samples=32, relu=False)
     fused_states, single_states = read_coverage(tmp_path / "3"), read_coverage(tmp_path / "1")
-    assert fused_states["global_step"].tolist() == single_states["global_step"].tolist() == [32] * 4 + [96] * 4 + [192] * 4
+    assert fused_states["global_step"].tolist() == single_states["global_step"].tolist() == [32] * 32 + [96] * 32 + [192] * 32
     np.testing.assert_allclose(fused_states["obs"], single_states["obs"], atol=1e-3)
     np.testing.assert_allclose(fused_states["features"], single_states["features"], atol=2e-3)
     assert np.abs(fused_states["features"]).max() <= 1  # tanh
+    # without them (a program without those outputs) the run logs the same numbers
+    without, _ = read_values(run_dirs(tmp_path / "3_no_states")[0])
+    for tag in LOSS_TAGS[:4] + ["dynamics/feature_rank", "dynamics/weight_norm", "charts/episodic_return"]:
+        np.testing.assert_allclose(without[tag], fused[tag], rtol=1e-6, err_msg=tag)
+    assert read_coverage(tmp_path / "3_no_states") is None
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -452,7 +457,8 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--dynamics-batch", "0"], "--dynamics-batch must be positive"),
     (["--dormant-tau", "nan"], "--dormant-tau must be a finite number"),
     (["--dormant-tau", "-0.1"], "--dormant-tau must be >= 0"),
-    (["--coverage-samples=-1"], "--coverage-samples must be >= 0"),
+    (["--coverage-samples=-1"], "--coverage-samples must lie in [0, --dynamics-batch 1024]"),
+    (["--coverage-every=-2"], "--coverage-every must be >= 0"),
     (["--ewma-com", "inf"], "--ewma-com must be a finite number"),
     (["--learning-rate", "inf"], "--learning-rate must be a finite number"),
     (["--gamma", "nan"], "--gamma must be a finite number"),

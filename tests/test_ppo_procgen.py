@@ -176,7 +176,7 @@ def test_tiny_run_logs_every_tag_and_evaluates_on_held_out_levels(tmp_path):
     assert all(1 <= r <= 256 for r in scalars["dynamics/feature_rank"])
     assert "|gamma|0.999|" in texts["hyperparameters/text_summary"][0]
     assert (run_dir / f"{SCRIPT}.pt").is_file() and list((tmp_path / "wandb").glob("offline-run-*"))
-    assert_coverage(tmp_path, [1, 2], (3, 16, 16), 256)
+    assert_coverage(tmp_path, [1, 2], (3, 16, 16), 256, samples=64)
 
 
 def test_training_levels_are_the_ones_asked_for(procgen):
@@ -224,7 +224,7 @@ BAD_INPUT = [
     (["--eval-episodes", "0"], "--eval-episodes must be positive"),
     (["--num-minibatches", "7"], "--num-minibatches 7 must be positive and divide the batch 16384"),
     (["--learning-rate", "nan"], "--learning-rate must be a finite number"),
-    (["--coverage-samples", "9", "--num-envs", "2", "--num-steps", "4"], "--coverage-samples 9 is more than the states"),
+    (["--coverage-every", "3", "--dynamics-every", "2"], "--coverage-every 3 must be a multiple of --dynamics-every 2"),
 ]
 
 

@@ -116,7 +116,7 @@ def test_recipe_keeps_the_minibatch_size_of_the_8_env_base(pqn):
     (["--seed", "2147483648"], "--seed must lie in [0, 2^31)"),
     (["--hybrid-minibatch-factor", "2"], "--hybrid-minibatch-factor applies to --scaling-recipe hybrid only"),
     (["--max-grad-norm=-1"], "--max-grad-norm must be positive"),
-    (["--coverage-samples", "65", "--dynamics-batch", "64"], "--coverage-samples 65 is more than the states"),
+    (["--coverage-samples", "65", "--dynamics-batch", "64"], "--coverage-samples must lie in [0, --dynamics-batch 64]"),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, flag)
@@ -142,7 +142,7 @@ def test_tiny_run_logs_every_tag(tiny_run, pqn):
     q_network.load_state_dict(torch.load(run_dir / f"{SCRIPT}.pt"))
     assert len(scalars["eval/episodic_return"]) == 2
     assert list((workdir / "wandb").glob("offline-run-*")), "wandb offline run missing"
-    assert_coverage(workdir, [1, 2, 4], (21, 21), 512)
+    assert_coverage(workdir, [1, 2, 4], (21, 21), 512, samples=64)  # the whole dynamics/ sample
 
 
 def test_no_exploration_schedule_and_radam_in_a_real_run(tmp_path):

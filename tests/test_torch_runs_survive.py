@@ -67,9 +67,16 @@ def test_same_seed_and_flags_log_the_same_values_on_cpu(uninterrupted):
     for tag in first:
         if tag != "charts/SPS":
             assert first[tag] == second[tag], tag
-    # the states saved for the coverage metric too, byte for byte (iterations 1, 2, 4, 4 states each)
+    # the states saved for the coverage metric too, byte for byte (iterations 1, 2, 4, the 64 of the dynamics/ sample)
     assert (first_dir / "coverage.bin").read_bytes() == (second_dir / "coverage.bin").read_bytes()
-    assert read_coverage(first_dir.parent.parent)["iteration"].tolist() == [1] * 4 + [2] * 4 + [4] * 4
+    assert read_coverage(first_dir.parent.parent)["iteration"].tolist() == [1] * 64 + [2] * 64 + [4] * 64
+
+
+def test_saving_the_coverage_states_changes_no_logged_value(uninterrupted, tmp_path):
+    """The same run without them (--coverage-samples 0): every tag the same, and no states."""
+    script, ((run_dir, _), _) = uninterrupted
+    run_ok(script, RESUMABLE + ["--reset-envs-at", "2", "--coverage-samples", "0"], tmp_path)
+    assert logged(run_dirs(tmp_path)[0]) == logged(run_dir) and read_coverage(tmp_path) is None
 
 
 def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
