@@ -638,7 +638,7 @@ def plot_coverage(points, runs_frame, env, order, xlabel, grid, path, shown=4000
         ax.fill_between(c.x, c.mean_low, c.mean_high, alpha=0.2)
     ax.set(xlabel=xlabel, ylabel=f"coverage ({grid} x {grid} cells)")
     ax.legend(fontsize=7)
-    fig.suptitle(f"{env or 'default env'}: states of the measured iterations, one UMAP")
+    fig.suptitle(f"{env or 'default env'}: states of the saved iterations, one UMAP")
     fig.savefig(path, dpi=100, bbox_inches="tight")  # not save(): tight_layout cannot place the shared colour bar
     plt.close(fig)
 
