@@ -26,11 +26,11 @@ kept apart: each is its own config.
   best score coloured by config, all with legends in order of value; `report.md` puts the tables,
   the number of runs per config and env, the missing and failed runs and the figures on one page;
 - with --coverage, the coverage metric of the data-collection paper (App. B.7, Fig. 2) from the states the
-  scripts save at their measured iterations (`runs/<run>/coverage.bin`, --coverage-samples): per env, one
+  scripts save every --coverage-every iterations (`runs/<run>/coverage.bin`, --coverage-samples): per env, one
   UMAP (umap-learn) projects the states of every run compared to 2-D, so that they share one projection; a
   uniform --coverage-grid x --coverage-grid grid over the projection's bounding box; each run's share of
-  cells visited by its states so far, at each measured iteration (`coverage/cvg`: in `runs.csv`,
-  `coverage.csv` per run and iteration, `coverage_aggregate.csv` per config at the end of training), and
+  cells visited by its states so far, at each saved iteration (`coverage/cvg`), and by that iteration's states
+  alone (`cvg_batch`) (in `runs.csv`, `coverage.csv` per run and iteration, `coverage_aggregate.csv` per config), and
   Fig. 2 per env (`coverage_<env>.png`: the projection per config coloured by training progress, and the
   coverage over training, mean and 95% CI over seeds).
 """
@@ -333,7 +333,7 @@ def cumulative_coverage(cells, iterations, grid):
     of that iteration and all before it occupy (App. B.7's Cvg, cumulative over iterations)."""
     order = np.argsort(iterations, kind="stable")
     iterations, cells = iterations[order], cells[order]
-    unique, first_of_cell = np.unique(cells, return_index=True)  # where each cell is first visited
+    _, first_of_cell = np.unique(cells, return_index=True)  # where each cell is first visited
     firsts = np.sort(first_of_cell)
     at, ends = np.unique(iterations, return_index=True)
     ends = np.append(ends[1:], len(iterations))  # one past the last state of each iteration
@@ -617,10 +617,10 @@ def plot_dynamics(runs_frame, env, order, xlabel, path):
 def plot_coverage(points, runs_frame, env, order, xlabel, grid, path, shown=4000, seed=0):
     """Fig. 2 for one env: per config the projected states of its runs (at most `shown`, drawn with `seed`)
     coloured by training progress, and below the coverage over training (mean and 95% CI over seeds)."""
-    configs = [c for c in order if (points[points.env == env].config == c).any()]
+    here = points[points.env == env]
+    configs = [c for c in order if (here.config == c).any()]
     fig = plt.figure(figsize=(3.2 * max(len(configs), 2), 6.4))
     spec = fig.add_gridspec(2, max(len(configs), 2))
-    here = points[points.env == env]
     for i, config in enumerate(configs):
         ax = fig.add_subplot(spec[0, i])
         p = here[here.config == config]

@@ -656,7 +656,8 @@ def make_train(args, env):
             "dynamics/policy_variance": policy_variance(logp, mask),
             "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(logp, action[sample]) - behav_logprob[sample])),
             "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
-            # states for the coverage metric (App. B.7): the first --coverage-samples of the sample, written by the host
+            # states for the coverage metric (App. B.7): the first --coverage-samples of the sample; the host fetches
+            # and writes those of the --coverage-every iterations
             "coverage/obs": obs[sample[: args.coverage_samples]].astype(jnp.float16),
             "coverage/features": actor_hidden[-1][: args.coverage_samples].astype(jnp.float16),
         }
@@ -797,7 +798,8 @@ def make_train(args, env):
     return init, fused_update, evaluate, schedule
 
 
-# Coverage (data-collection App. B.7): a few states of each measured iteration, projected by analyze.py --coverage
+# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
+# analyze.py --coverage
 def coverage_records(obs, features, iteration, global_step):
     """The records of one iteration's saved states (obs and features as the update returns them, float16)."""
     records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "<f2", obs.shape[1:]),
@@ -906,14 +908,15 @@ def main(args):
         """Log iterations first..last of one call, each at its own step. The call's wall time (from the previous call's
         metrics to this one's) is shared evenly among its iterations."""
         nonlocal global_step, logged_time
+        states = stacked.pop("coverage/obs"), stacked.pop("coverage/features")  # on the device: fetched when saved
         stacked = jax.device_get(stacked)  # waits for the call
         now = time.time()
         for i, iteration in enumerate(range(first, last + 1)):
             metrics = {tag: value[i] for tag, value in stacked.items()}
             global_step += args.batch_size
-            states = metrics.pop("coverage/obs", None), metrics.pop("coverage/features", None)
             if measure[i] and args.coverage_samples and (iteration == 1 or iteration % args.coverage_every == 0):
-                append_coverage(f"runs/{run_name}", coverage_records(*states, iteration, global_step))
+                append_coverage(f"runs/{run_name}", coverage_records(*jax.device_get((states[0][i], states[1][i])),
+                                                                     iteration, global_step))
             if not measure[i]:
                 metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
             episodes = metrics.pop("episodes")

@@ -569,7 +569,8 @@ def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
     return metrics
 
 
-# Coverage (data-collection App. B.7): a few states of each measured iteration, projected by analyze.py --coverage
+# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
+# analyze.py --coverage
 def coverage_dtype(feature_dim):
     """One saved state: when, the 64x64 RGB frame averaged over 4x4 blocks, and the penultimate features."""
     return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (3, 16, 16)),
