@@ -8,6 +8,7 @@ iteration from the wall times of its TensorBoard events, the first (compilation)
 reports the time from launch to the first logged iteration (mostly compilation).
 
     python benchmark/jax_steps_per_second.py --env-size m --num-envs 512 --num-steps 32 --repeats 3
+    python benchmark/jax_steps_per_second.py --env-id ant --num-envs 256 --num-steps 10 --repeats 3
 """
 import argparse
 import time
@@ -31,8 +32,11 @@ def random_action_sps(module, args, scans):
     def rollout(state, rng, levels, ids):
         def body(state, rng):
             k_action, k_env = jax.random.split(rng)
-            action = jax.random.randint(k_action, (args.num_envs, len(env.action_dims)), 0, dims)
-            _, state, reward, _, _ = env.step(jax.random.split(k_env, args.num_envs), state, action, levels, ids)
+            if env.continuous:  # uniform in the action bounds
+                action = jax.random.uniform(k_action, (args.num_envs, env.action_dims[0]), minval=-1.0, maxval=1.0)
+            else:
+                action = jax.random.randint(k_action, (args.num_envs, len(env.action_dims)), 0, dims)
+            _, state, reward, *_ = env.step(jax.random.split(k_env, args.num_envs), state, action, levels, ids)
             return state, reward.sum()
 
         return jax.lax.scan(body, state, jax.random.split(rng, args.num_steps))
@@ -84,7 +88,8 @@ def main():
                 f"ratio {r['ratio']:.3f}, first iteration logged after {r['first_iteration_s']:.0f} s")
 
     repeat_and_report(opts, measure, describe,
-                      f"{opts.env_id} size {opts.env_size}, {opts.num_envs} envs x {opts.num_steps} steps", jax_machine())
+                      f"{opts.env_id}{f' size {opts.env_size}' if opts.env_id == 'locomotion' else ''}, "
+                      f"{opts.num_envs} envs x {opts.num_steps} steps", jax_machine())
 
 if __name__ == "__main__":
     main()

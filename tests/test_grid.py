@@ -510,6 +510,9 @@ RUNNER_GRIDS = {
     # procgen_nenvs: 4 fixed-batch configs, 2 more N_envs and 2 longer rollouts than the shared 64 x 256
     "procgen_nenvs.sh": 2 * 5 * (4 + 2 + 2),
     "coverage_fig2.sh": 10 * 5 * 4,  # Atari-10 x 5 seeds x 4 fixed-batch configs
+    # brax_nenvs: 3 tasks x 5 seeds x (4 fixed-batch configs, 2 more N_envs and 2 longer rollouts than the shared 2048 x 10)
+    "brax_nenvs.sh": 3 * 5 * (4 + 2 + 2),
+    "stag_fig10_brax.sh": 2 * 3 * 2 * 2,  # Ant, Humanoid x 3 seeds x 2 N_envs x minibatch 4 N_envs or 16,384
 }
 
 

@@ -471,8 +471,8 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--imp-samp-max", "0.5"], "--imp-samp-max must be 0 (no bound) or >= 1"),
     (["--num-envs", "6", "--num-steps", "5", "--num-minibatches", "4"], "--num-minibatches 4 must be positive and divide the batch 30"),
     (["--num-envs", "3", "--scaling-recipe", "more-minibatches"], "fractional minibatch count"),
-    (["--env-id", "NoSuchEnv-v0"], "--env-id must be `locomotion` or a gymnax id"),
-    (["--env-id", "Pendulum-v1"], "continuous actions"),
+    (["--env-id", "NoSuchEnv-v0"], "--env-id must be `locomotion`, a gymnax id such as CartPole-v1 or a Brax environment"),
+    (["--env-id", "Pendulum-v1"], "gymnax's continuous-action envs are not supported; use a Brax environment"),
     (["--env-size", "xl"], "--env-size must be one of s, m, l"),
     (["--resume", "no/such/checkpoint.npz"], "--resume no/such/checkpoint.npz: no such file"),
 ])
