@@ -223,9 +223,7 @@ def expand(opts, grid):
         if opts.fixed_budget:
             args.total_timesteps = opts.total_timesteps
         elif opts.iterations and "total_timesteps" in fields:
-            probe = copy.deepcopy(args)
-            probe.total_timesteps = 2**62  # any budget of at least one batch: only the batch size is read
-            args.total_timesteps = opts.iterations * resolved_copy(opts.script, probe).batch_size
+            pass  # below, for each env: the batch may depend on it (ppo_ewma_jax.py's Brax defaults)
         elif opts.iterations:
             args.num_steps = opts.iterations
         if opts.save_every and "save_every" in fields and "--save-every" not in flags:
@@ -234,6 +232,9 @@ def expand(opts, grid):
     for env_id, seed, values in itertools.product(opts.env_ids or [None], opts.seeds, parsed):
         flags, args = parsed[values]
         args = dataclasses.replace(args, seed=seed, **({field_of(opts.env_flag): env_id} if env_id is not None else {}))
+        if opts.iterations and not opts.fixed_budget and "total_timesteps" in fields:
+            probe = dataclasses.replace(args, total_timesteps=2**62)  # any budget of at least one batch: only the batch is read
+            args.total_timesteps = opts.iterations * resolved_copy(opts.script, probe).batch_size
         probe = resolved_copy(opts.script, args)  # the script's own bad-input rules, for this env and seed
         resolved, digest = identity(opts.script, probe)
         shown = {**flags, **{s: "on" for s in switches}}

@@ -22,7 +22,7 @@ def smoke_flags():
     runs = re.findall(r'^\s+\[(\w+)\]="([^"]*)"$', text, re.M)
     order = re.search(r"^ORDER=\(\$\{ONLY:-(.*)\}\)$", text, re.M).group(1).split()
     assert [name for name, _ in runs] == order  # every run defined is run, in the order given
-    return [(name, name.removesuffix("_locomotion"), shlex.split(flags.replace("${DYN[*]}", dyn)) + ["--exp-name", "cuda_smoke"])
+    return [(name, name.removesuffix("_locomotion").removesuffix("_brax"), shlex.split(flags.replace("${DYN[*]}", dyn)) + ["--exp-name", "cuda_smoke"])
             for name, flags in runs]
 
 

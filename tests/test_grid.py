@@ -160,6 +160,12 @@ def test_budgets_from_iterations_follow_the_scripts_own_batch(tmp_path, capsys):
                  "--dry-run", "--", "--num-envs", "32", "--num-steps", "16", "--base-num-envs", "16",
                  "--base-num-minibatches", "4", "--scaling-recipe", "more-minibatches"])
     assert "--total-timesteps 1536" in capsys.readouterr().out  # 3 x 32 x 16
+    # each env's own batch: ppo_ewma_jax.py's default rollout is 256 steps on gymnax and 10 on Brax (its suite defaults)
+    launch.main(["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "ant", "--iterations", "3", "--out-dir",
+                 str(tmp_path), "--dry-run", "--", "--num-envs", "32"])
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("--total-timesteps ")[1].split()[0].rstrip(")") for line in lines if line.startswith("(cd ")] == \
+        ["24576", "960"]  # 3 x 32 x 256 and 3 x 32 x 10
     launch.main(["--script", "noisy_sgd", "--iterations", "7", "--out-dir", str(tmp_path), "--dry-run"])
     assert "--num-steps 7" in capsys.readouterr().out  # noisy_sgd: gradient steps
     launch.main(["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "--iterations", "1", "--out-dir", str(tmp_path),
