@@ -30,7 +30,8 @@ submitit's checkpointing).
 
 Budgets. --fixed-budget gives every run --total-timesteps (data-collection §4.2: N_envs and
 rollout length vary at a fixed budget); --iterations I gives each run I x batch steps (the batch as
-the script resolves it, recipes and presets included; noisy_sgd: I gradient steps).
+the script resolves it for that run's env, recipes, presets and suite defaults included; noisy_sgd: I
+gradient steps).
 
 Local runs (--workers K) each get a 1/K share of the CPUs (affinity and thread-count variables)
 and, when CUDA_VISIBLE_DEVICES lists GPUs, one of them; runs that share a GPU get
