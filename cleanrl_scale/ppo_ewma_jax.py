@@ -330,14 +330,19 @@ def resolve_args(args):
     elif args.brax_backend not in BRAX_BACKENDS:
         raise BadFlag(f"--brax-backend must be one of {', '.join(BRAX_BACKENDS)} (got {args.brax_backend!r})")
     else:  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
+        import mujoco
         from brax import envs as brax_envs
 
+        previous = mujoco.get_mju_user_warning()
+        mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
         try:
             with warnings.catch_warnings():  # Brax's notice that it is no longer maintained: said once, by make_env
                 warnings.simplefilter("ignore")
                 brax_envs.get_environment(args.env_id, backend=args.brax_backend)
         except ValueError as e:
             raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
+        finally:
+            mujoco.set_mju_user_warning(previous)
     if suite != "brax":  # Brax's flags left at their defaults elsewhere: a value given would be silently unused
         for flag, default in (("brax_backend", "positional"), ("norm_obs", True), ("norm_reward", True)):
             if getattr(args, flag) != default:

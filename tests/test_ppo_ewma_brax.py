@@ -189,9 +189,12 @@ def test_brax_defaults_are_purejaxrls_and_locomotions_stay_table_2(ewma):
     (["--env-id", "swimmer"], "--brax-backend positional is not one swimmer has"),  # swimmer: generalized only
     (["--env-id", "CartPole-v1", "--no-norm-obs"], "--norm-obs applies to Brax environments only"),
     (["--brax-backend", "generalized"], "--brax-backend applies to Brax environments only (--env-id locomotion)"),
+    # halfcheetah's model makes MuJoCo warn, which it writes to ./MUJOCO_LOG.TXT unless told otherwise
+    (["--env-id", "halfcheetah", "--num-envs", "7"], "--num-minibatches 32 must be positive and divide the batch 70"),
 ])
 def test_bad_flags_fail_before_compute_with_one_line(tmp_path, flags, message):
     assert_bad_input(run_copy(SCRIPT, flags, tmp_path), tmp_path, message)
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
 
 
 # ---- real Brax runs ----------------------------------------------------------------------------------
