@@ -17,7 +17,7 @@ else
     ENVS="ant humanoid halfcheetah"; SEEDS="1 2 3 4 5"; BUDGET=50000000; FIXED="512 1024 2048 4096"; BASE=2048
     MORE_ENVS="4096 8192"; STEPS=10; LONGER="20 40"; FLAGS=()
 fi
-# a checkpoint every 500 iterations (Humanoid's Brax state is ~7 KB an env, 15 MB a checkpoint here)
+# a checkpoint every 500 iterations (a checkpoint holds every env's Brax state: a few per run, not 50)
 COMMON=(--save-every 500 --script ppo_ewma_jax --env-ids $ENVS --seeds $SEEDS --fixed-budget --total-timesteps $BUDGET)
 for n in $FIXED; do
     launch fixed_batch "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs "$n" --num-steps $((BASE * STEPS / n))

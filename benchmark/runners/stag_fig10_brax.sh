@@ -17,7 +17,7 @@ else
     ENVS="ant humanoid"; SEEDS="1 2 3"; NENVS="6144 24576"; STEPS=16; KEEP=16384
     ITER=(--fixed-budget --total-timesteps 2000000000); FLAGS=()
 fi
-# a checkpoint every 1000 iterations (Humanoid's Brax state is ~7 KB an env, ~200 MB a checkpoint)
+# a checkpoint every 1000 iterations (a checkpoint holds every env's Brax state: a few per run, not 50)
 COMMON=(--save-every 1000 --script ppo_ewma_jax --env-ids $ENVS --seeds $SEEDS "${ITER[@]}")
 for n in $NENVS; do
     launch bigger_minibatch "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs "$n" --num-steps $STEPS --minibatch-size $((4 * n))
