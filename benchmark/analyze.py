@@ -78,7 +78,8 @@ STEP_UNIT = {"noisy_sgd": "gradient steps"}  # what a script's logged step count
 TRAIN_SECONDS = "charts/train_seconds"  # the training clock the JAX scripts log, carried over resumptions
 IQM_STATISTICS = ("iqm", "mean", "median", "optimality_gap")
 # Args fields never part of a config: the run's env and seed, and what cannot change results (launch.NON_IDENTITY)
-NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume", "coverage_samples", "coverage_every"}
+NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume", "coverage_samples",
+              "coverage_every", "fuse_iterations", "compile_cache"}
 DYNAMICS = "dynamics/"
 COVERAGE = "coverage/cvg"
 

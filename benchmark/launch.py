@@ -77,7 +77,7 @@ from benchmark.common import load_script  # noqa: E402
 # Args fields that cannot change what a run learns: left out of its identity
 # (nor the process layout of a run that spans several processes: the scripts train alike on any device split)
 NON_IDENTITY = ("save_every", "track", "wandb_project_name", "wandb_entity", "distributed", "coordinator_address",
-                "num_processes", "process_id", "coverage_samples", "coverage_every")
+                "num_processes", "process_id", "coverage_samples", "coverage_every", "fuse_iterations", "compile_cache")
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
 BAD_INPUT, REQUEUE = 2, 75  # the scripts' exit status for bad flags; "preempted, checkpointed: requeue me"
 CHECKPOINT = re.compile(r"iter_(\d+)\.(npz|pt)")  # the scripts' checkpoint files, runs/<tb run>/checkpoints/iter_<N>.npz
@@ -209,6 +209,9 @@ def expand(opts, grid):
     for flag, by in owned.items():
         if flag in grid:
             fail(f"{flag} after -- is set by the launcher's {by}; give it there only")
+    if opts.script == "ppo_ewma_jax" and "--num-seeds" in grid:  # one run directory holds one seed's run
+        fail("--num-seeds after --: the launcher runs one seed a process (its run store keeps one run a directory); "
+             "give the seeds with --seeds")
     if (opts.fixed_budget or opts.iterations) and "total_timesteps" not in fields and opts.script != "noisy_sgd":
         fail(f"--fixed-budget/--iterations: {opts.script}.py has no --total-timesteps")
     if opts.fixed_budget and "total_timesteps" not in fields:

@@ -5,6 +5,7 @@
     python benchmark/vs_reference.py --reference ~/src/cleanrl --bench pqn_atari
     python benchmark/vs_reference.py --reference ~/src/cleanrl --bench ppo_rnd
     python benchmark/vs_reference.py --reference ~/src/purejaxrl --bench ppo_cartpole_jax
+    python benchmark/vs_reference.py --reference ~/src/purejaxrl --bench ppo_minatar_jax --num-envs 65536 --steady
 
 --reference is the user's checkout of CleanRL (github.com/vwxyzjn/cleanrl) or PureJaxRL
 (github.com/luchris429/purejaxrl); nothing of either is in this repository. A copy of the reference
@@ -18,6 +19,10 @@ Reported per pair: both wall times and their ratio
 per-pair ratios and the machine. Steps/s is the steps both processes train (--total-timesteps, a
 multiple of num_envs x num_steps so that both train exactly that many) over the whole-process time.
 
+--steady adds steady-state rates that do not depend on when either side logs or how long it compiles: each side
+also trains 3 x --total-timesteps in its own process, and its steady rate is the 2 x --total-timesteps extra steps
+over the extra seconds; both sides then share one persistent compilation cache, filled by a cold run of each side
+and budget before the pairs (those cold whole-process times are reported too).
 Known at CleanRL fe8d8a0 and PureJaxRL 31756b1. CleanRL's RND script steps its environments
 --obs-norm-init iterations with random actions before training (uncounted by its own SPS); the
 project's ppo_rnd.py does the same, and both processes are timed whole, so the warm-up is in both.
@@ -95,8 +100,15 @@ class Bench:
     edits: list = field(default_factory=list)
     project_flags: list = field(default_factory=list)  # flags for the project's script only (same algorithm)
     obs_norm_init: bool = False  # both scripts take --num-iterations-obs-norm-init
+    num_minibatches: int = 4
+    update_epochs: int = 4
 
 
+# PureJaxRL's ppo.py hyper-parameters for the project's PPO-EWMA script as plain PPO (no --ewma-com); its instrumentation
+# (dynamics/, exact KL, coverage) stays at its defaults. --no-compile-cache: PureJaxRL has no persistent cache, so
+# both sides compile cold (--steady shares one cache between both sides instead)
+PUREJAXRL_FLAGS = ["--learning-rate", "2.5e-4", "--anneal-lr", "--gamma", "0.99", "--gae-lambda", "0.95", "--clip-coef",
+                   "0.2", "--hidden-size", "64", "--num-layers", "2", "--no-compile-cache"]
 BENCHES = {
     # CleanRL's defaults (Breakout-v5, 8 envs x 128 steps, 4 minibatches x 4 epochs), 32 iterations
     "ppo_atari": Bench("cleanrl/ppo_atari_envpool.py", "ppo_atari_envpool", "Breakout-v5", 8, 128, 32_768,
@@ -113,10 +125,11 @@ BENCHES = {
     # PureJaxRL's __main__: CartPole-v1, 4 envs x 128 steps, 4 x 4 minibatches, 500k steps, 64x2 tanh MLPs; the
     # project's PPO-EWMA script as plain PPO (no --ewma-com) with PureJaxRL's hyper-parameters. One difference stays:
     # PureJaxRL anneals the learning rate once an iteration, the project after every minibatch step
-    "ppo_cartpole_jax": Bench("purejaxrl/ppo.py", "ppo_ewma_jax", "CartPole-v1", 4, 128, 499_712, [],
-                              ["--learning-rate", "2.5e-4",
-                               "--anneal-lr", "--gamma", "0.99", "--gae-lambda", "0.95", "--clip-coef", "0.2",
-                               "--hidden-size", "64", "--num-layers", "2"]),
+    "ppo_cartpole_jax": Bench("purejaxrl/ppo.py", "ppo_ewma_jax", "CartPole-v1", 4, 128, 499_712, [], PUREJAXRL_FLAGS),
+    # the stagnation paper's regime: thousands of envs, short rollouts (the configuration of the GPU comparison:
+    # SpaceInvaders-MinAtar, 16 steps, 4 epochs x 8 minibatches); 5 iterations at the default 4,096 envs
+    "ppo_minatar_jax": Bench("purejaxrl/ppo.py", "ppo_ewma_jax", "SpaceInvaders-MinAtar", 4096, 16, 327_680, [],
+                             PUREJAXRL_FLAGS, num_minibatches=8),
 }
 
 
@@ -149,27 +162,33 @@ def prepare_reference(bench, reference, directory):
     return source.name
 
 
-def commands(bench, opts, reference_file):
-    """(reference argv, project argv) for one configuration."""
+def commands(bench, opts, reference_file, total_timesteps=None):
+    """(reference argv, project argv) for one configuration (--total-timesteps unless total_timesteps)."""
+    total_timesteps = total_timesteps or opts.total_timesteps
     shared = ["--env-id", opts.env_id, "--num-envs", str(opts.num_envs), "--num-steps", str(opts.num_steps),
-              "--total-timesteps", str(opts.total_timesteps), "--seed", str(opts.seed), "--num-minibatches", "4",
-              "--update-epochs", "4"]
+              "--total-timesteps", str(total_timesteps), "--seed", str(opts.seed), "--num-minibatches",
+              str(bench.num_minibatches), "--update-epochs", str(bench.update_epochs)]
     if bench.obs_norm_init:
         shared += ["--num-iterations-obs-norm-init", str(opts.obs_norm_init)]
     if bench.reference.startswith("purejaxrl/"):
         config = {"ENV_NAME": opts.env_id, "NUM_ENVS": opts.num_envs, "NUM_STEPS": opts.num_steps,
-                  "TOTAL_TIMESTEPS": opts.total_timesteps}
+                  "TOTAL_TIMESTEPS": total_timesteps, "NUM_MINIBATCHES": bench.num_minibatches,
+                  "UPDATE_EPOCHS": bench.update_epochs}
         reference = [reference_file, json.dumps(config), str(opts.seed)]
     else:
         reference = [reference_file, *shared]
-    return reference, [f"{bench.project}.py", *shared, *bench.project_flags]
+    project_flags = [flag for flag in bench.project_flags if not (opts.steady and flag == "--no-compile-cache")]
+    return reference, [f"{bench.project}.py", *shared, *project_flags]
 
 
-def timed_run(argv, workdir, copy_from):
-    """Run `python argv` in a fresh copy of `copy_from`'s files under `workdir`: whole-process wall seconds."""
+def timed_run(argv, workdir, copy_from, cache=None):
+    """Run `python argv` in a fresh copy of `copy_from`'s files under `workdir`: whole-process wall seconds. JAX's
+    persistent compilation cache is off unless `cache` names its directory (then on for either side)."""
     shutil.copytree(copy_from, workdir)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}  # cold, both sides
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled")
+    if cache:
+        env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     start = time.perf_counter()
     result = subprocess.run([sys.executable, *argv], cwd=workdir, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -177,6 +196,16 @@ def timed_run(argv, workdir, copy_from):
         raise SystemExit(f"vs_reference.py: `python {' '.join(argv)}` in {workdir} exited {result.returncode}:\n"
                          f"{result.stderr[-3000:]}")
     return seconds
+
+
+def steady_rates(seconds, budgets):
+    """{side: steps/s} from {side: {budget: whole-process seconds}} at two budgets: the extra steps over the extra
+    seconds (start-up and compilation, the same in both runs, cancel). ValueError where a side took no longer."""
+    extra = {side: times[budgets[1]] - times[budgets[0]] for side, times in seconds.items()}
+    if min(extra.values()) <= 0:
+        raise ValueError(f"a side trained {budgets[1] - budgets[0]:,} more steps in no more time (extra seconds "
+                         f"{ {side: round(t, 3) for side, t in extra.items()} }); raise --total-timesteps")
+    return {side: (budgets[1] - budgets[0]) / t for side, t in extra.items()}
 
 
 def parse(argv=None):
@@ -191,6 +220,10 @@ def parse(argv=None):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--pairs", type=int, default=3, help="reference/project pairs, alternating (at least 3)")
     parser.add_argument("--json", type=Path, help="also write every pair and the median to this file")
+    parser.add_argument("--steady", action="store_true", help="steady-state rates as well: each side also trains 3 x "
+                        "--total-timesteps, and its rate is the 2 x --total-timesteps more steps over the seconds they "
+                        "add (start-up and compilation cancel). Both sides then share one fresh persistent compilation "
+                        "cache, filled by an uncounted cold run of each side and budget first (their times reported)")
     parser.add_argument("--against", metavar="REV", help="also time the project's script as it was at this git "
                         "revision, in every pair (a before/after of the project's own change, beside the reference)")
     opts = parser.parse_args(argv)
@@ -209,8 +242,8 @@ def parse(argv=None):
                      f"train exactly that many steps), got {opts.total_timesteps}")
     if batch % 4:
         fail(f"num_envs x num_steps = {batch} must split into the 4 minibatches both scripts use")
-    if opts.total_timesteps >= 2**31:
-        fail(f"--total-timesteps must be below 2**31, got {opts.total_timesteps}")
+    if opts.total_timesteps * (3 if opts.steady else 1) >= 2**31:
+        fail(f"--total-timesteps{' x 3 (--steady)' if opts.steady else ''} must be below 2**31, got {opts.total_timesteps}")
     for needed in [bench.reference] + (["purejaxrl/wrappers.py"] if bench.reference.startswith("purejaxrl/") else []):
         if not (opts.reference / needed).is_file():
             fail(f"--reference {opts.reference} has no {needed} (the --bench {opts.bench} script needs it)")
@@ -254,41 +287,72 @@ def main(argv=None):
             shutil.copy(opts.against_script, root / "against" / f"{bench.project}.py")
             shutil.rmtree(Path(opts.against_script).parent, ignore_errors=True)
             sides.append("against")
-        reference_argv, project_argv = commands(bench, opts, reference_file)
+        budgets = [opts.total_timesteps, 3 * opts.total_timesteps] if opts.steady else [opts.total_timesteps]
+        argvs = {}  # (side, budget) -> argv
+        for budget in budgets:
+            reference_argv, project_argv = commands(bench, opts, reference_file, budget)
+            # a revision from before --compile-cache compiles cold anyway (and would refuse the flag)
+            knows = opts.against and "compile_cache" in Path(root / "against" / f"{bench.project}.py").read_text()
+            argvs.update({("reference", budget): reference_argv, ("project", budget): project_argv,
+                          ("against", budget): [flag for flag in project_argv if knows or flag != "--no-compile-cache"]})
         machine = describe_machine()
-        print(f"{opts.bench}: {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps, {opts.total_timesteps:,} "
-              f"steps a run; {machine}\n  reference: python {' '.join(reference_argv)}\n"
-              f"  project:   python {' '.join(project_argv)}"
+        print(f"{opts.bench}: {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps, "
+              f"{' and '.join(f'{b:,}' for b in budgets)} steps a run; {machine}\n"
+              f"  reference: python {' '.join(argvs['reference', budgets[-1]])}\n"
+              f"  project:   python {' '.join(argvs['project', budgets[-1]])}"
               + (f"\n  against:   the project's script at {opts.against}, the same flags" if opts.against else ""), flush=True)
+        cache = root / "jax_cache" if opts.steady else None
+
+        def run(side, budget, name):
+            return timed_run(argvs[side, budget], root / f"{name}_{side}_{budget}", root / side, cache)
+
+        report = {"bench": opts.bench, "machine": machine, "reference": argvs["reference", budgets[-1]],
+                  "project": argvs["project", budgets[-1]], "options": {k: str(v) for k, v in vars(opts).items()}}
+        if opts.steady:  # cold runs that fill the shared cache; their times are the cold whole-process figures
+            cold = {side: {budget: run(side, budget, "cold") for budget in budgets} for side in sides}
+            report["cold"] = cold
+            line = ", ".join(f"{side} {cold[side][budgets[-1]]:.1f} s" for side in sides)
+            print(f"cold (filling the cache, {budgets[-1]:,} steps): {line}; ratio "
+                  f"x{cold['reference'][budgets[-1]] / cold['project'][budgets[-1]]:.3f}", flush=True)
         pairs = []
         for i in range(opts.pairs):
             # the order rotates (reference first in pairs 1, 3, ...; the project in 2, 4, ...; with --against each
             # side goes first in turn), so that the first run's cold caches and any drift fall on every side
             order = sides[i % len(sides):] + sides[: i % len(sides)]
-            seconds = {side: timed_run(reference_argv if side == "reference" else project_argv, root / f"run{i}_{side}",
-                                       root / side) for side in order}
-            ref_s, ours_s = seconds["reference"], seconds["project"]
+            seconds = {side: {budget: run(side, budget, f"run{i}") for budget in budgets} for side in order}
+            ref_s, ours_s = seconds["reference"][budgets[-1]], seconds["project"][budgets[-1]]
             pair = {"first": order[0], "reference_s": ref_s, "project_s": ours_s, "ratio": ref_s / ours_s}
-            line = (f"pair {i + 1}: reference {ref_s:.1f} s ({opts.total_timesteps / ref_s:,.0f} steps/s), project "
-                    f"{ours_s:.1f} s ({opts.total_timesteps / ours_s:,.0f} steps/s), ratio x{ref_s / ours_s:.3f}")
+            line = (f"pair {i + 1}: reference {ref_s:.1f} s ({budgets[-1] / ref_s:,.0f} steps/s), project "
+                    f"{ours_s:.1f} s ({budgets[-1] / ours_s:,.0f} steps/s), ratio x{ref_s / ours_s:.3f}")
+            if opts.steady:
+                try:
+                    rates = steady_rates(seconds, budgets)
+                except ValueError as e:
+                    raise SystemExit(f"vs_reference.py: {e}")
+                pair.update({f"{side}_steady_sps": rates[side] for side in order})
+                pair["steady_ratio"] = rates["project"] / rates["reference"]
+                line += (f"; steady reference {rates['reference']:,.0f} steps/s, project {rates['project']:,.0f} "
+                         f"steps/s, ratio x{pair['steady_ratio']:.3f}")
             if opts.against:
-                pair.update(against_s=seconds["against"], against_ratio=seconds["against"] / ours_s)
-                line += f"; at {opts.against} {seconds['against']:.1f} s, ratio x{pair['against_ratio']:.3f}"
+                pair.update(against_s=seconds["against"][budgets[-1]], against_ratio=seconds["against"][budgets[-1]] / ours_s)
+                line += f"; at {opts.against} {pair['against_s']:.1f} s, ratio x{pair['against_ratio']:.3f}"
+                if opts.steady:
+                    pair["against_steady_ratio"] = rates["project"] / rates["against"]
+                    line += f" (steady x{pair['against_steady_ratio']:.3f})"
             pairs.append(pair)
             print(line, flush=True)
-        median = statistics.median(p["ratio"] for p in pairs)
-        print(f"median of {opts.pairs} per-pair ratios (reference s / project s): x{median:.3f}  "
-              f"[{min(p['ratio'] for p in pairs):.3f}, {max(p['ratio'] for p in pairs):.3f}]; {machine}")
-        report = {"bench": opts.bench, "machine": machine, "reference": reference_argv, "project": project_argv,
-                  "pairs": pairs, "median_ratio": median, "options": {k: str(v) for k, v in vars(opts).items()}}
-        if opts.against:
-            report["median_against_ratio"] = statistics.median(p["against_ratio"] for p in pairs)
-            print(f"median of {opts.pairs} per-pair ratios (project at {opts.against} s / project s): "
-                  f"x{report['median_against_ratio']:.3f}  [{min(p['against_ratio'] for p in pairs):.3f}, "
-                  f"{max(p['against_ratio'] for p in pairs):.3f}]; {machine}")
+        report["pairs"] = pairs
+        for key, what in (("ratio", "reference s / project s"), ("steady_ratio", "project steady steps/s / reference's"),
+                          ("against_ratio", f"project at {opts.against} s / project s"),
+                          ("against_steady_ratio", f"project steady steps/s / at {opts.against}")):
+            if key in pairs[0]:
+                values = [p[key] for p in pairs]
+                report[f"median_{key}"] = statistics.median(values)
+                print(f"median of {opts.pairs} per-pair {key.replace('_', ' ')}s ({what}): x{report[f'median_{key}']:.3f}  "
+                      f"[{min(values):.3f}, {max(values):.3f}]; {machine}")
         if opts.json:
             opts.json.write_text(json.dumps(report, indent=2))
-        return median
+        return report["median_ratio"]
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -58,7 +58,8 @@ ENV_SIZES = ("s", "m", "l")
 BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
 BRAX_EPISODE_LENGTH = 1000  # Brax's EpisodeWrapper length, as PureJaxRL's BraxGymnaxWrapper and Brax's own PPO use
 # flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
-STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers", "brax_backend")
+STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers", "brax_backend",
+                    "num_seeds")
 # The defaults that depend on the environment (an unset flag below takes its suite's value):
 # Kinetix locomotion and gymnax: the stagnation paper's Table 2 (Jax2D locomotion column);
 # Brax: PureJaxRL's ppo_continuous_action.py config (the papers' Isaac Gym runs give no values for another suite)
@@ -69,8 +70,9 @@ SUITE_DEFAULTS = {
                  ent_coef=0.0, num_layers=2),
 }
 # --fuse-iterations 0: iterations per jitted call until a call trains on this many transitions. Below it a call's
-# fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute.
-FUSE_TRANSITIONS = 32_768
+# fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute: on a 2-core CPU
+# 32,768 transitions take ~0.5-1 s; a GPU trains them in a few milliseconds and needs ~64 times more per call.
+FUSE_TRANSITIONS = {"cpu": 32_768, "accelerator": 2_097_152}
 
 
 @dataclass
@@ -181,10 +183,16 @@ class Args:
     multiple that gives about 20 saves in the run)"""
 
     # Speed
+    num_seeds: int = 1
+    """train this many seeds (--seed, --seed + 1, ...) in one program, vmapped as PureJaxRL vmaps `train`; each seed
+    writes its own run, runs/<env>__<exp-name>__<seed>__<time>, with the numbers it would have alone"""
     fuse_iterations: int = 0
-    """iterations per jitted call (a lax.scan over iterations, metrics stacked and logged after the call); 0 = as many
-    as fill 32,768 transitions (at least 1), at most --eval-every (locomotion) and --save-every; a call also ends at
-    each evaluation and checkpoint"""
+    """iterations per jitted call (a lax.scan over iterations, metrics stacked and fetched once after the call); 0 = as
+    many as fill 32,768 transitions of all seeds on a CPU, 2,097,152 on a GPU or TPU (at least 1), at most --eval-every
+    (locomotion) and --save-every; a call also ends at each evaluation and checkpoint"""
+    compile_cache: bool = True
+    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
+    a rerun with the same shapes skips compilation (--no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false: off)"""
 
     # Checkpoints
     save_every: int = 0
@@ -207,8 +215,10 @@ class SummaryWriter:
     def __init__(self, logdir):
         self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
 
-    def add_scalar(self, tag, value, step):
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+    def add_scalars(self, values, step):
+        """Every {tag: value} at one step in one event: one write where one a tag took ~10 times the host's time (what
+        TensorBoard and wandb read back is the same)."""
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()])
         self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
 
     def add_text(self, tag, text):
@@ -292,7 +302,7 @@ def resolve_args(args):
         if getattr(args, flag) is None:
             setattr(args, flag, value)
     for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "num_morphologies", "hidden_size", "num_layers",
-                 "dynamics_batch"):
+                 "dynamics_batch", "num_seeds"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every", "fuse_iterations", "coverage_every"):
@@ -302,6 +312,10 @@ def resolve_args(args):
         value = getattr(args, field.name)
         if isinstance(value, float) and not math.isfinite(value):
             raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
+    if not 0 <= args.seed <= 2**31 - args.num_seeds:  # the seeds are int32 inside the program
+        raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
+    if args.track and args.num_seeds > 1:
+        raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
     for flag in ("learning_rate", "max_grad_norm"):
         if not getattr(args, flag) > 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
@@ -383,7 +397,8 @@ def resolve_args(args):
     if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
         evals = args.eval_every if args.env_id == "locomotion" else 0
         intervals = [every for every in (evals, args.save_every) if every]
-        args.fuse_iterations = min([max(1, FUSE_TRANSITIONS // args.batch_size)] + intervals)
+        target = FUSE_TRANSITIONS["cpu" if jax.default_backend() == "cpu" else "accelerator"]
+        args.fuse_iterations = min([max(1, target // (args.batch_size * args.num_seeds))] + intervals)
     args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)
     if args.resume is not None:
         if not os.path.isfile(args.resume):
@@ -391,6 +406,7 @@ def resolve_args(args):
         try:
             meta, _ = read_checkpoint(args.resume)
             meta.get("args", {}).setdefault("brax_backend", "positional")  # checkpoints from before the flag: no Brax
+            meta.get("args", {}).setdefault("num_seeds", 1)  # nor --num-seeds
             missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
             missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
         except Exception as e:  # a truncated or foreign file
@@ -863,6 +879,14 @@ def make_train(args, env):
             "coverage/features": actor_hidden[-1][: args.coverage_samples].astype(jnp.float16),
         }
 
+    @jax.jit  # jitted so that its trace is cached: `update` asks for its shapes, then calls it
+    def measured(start_params, prox_params, params, batch, first_epoch_key, k_epochs):
+        """The dynamics/ metrics of an iteration (and its coverage states)."""
+        # the first minibatch of the first epoch, as update_epoch draws it, at the parameters it saw: its raw gradient
+        first = jax.random.permutation(first_epoch_key, args.batch_size)[: args.minibatch_size]
+        first_grads, _ = minibatch_grads(start_params, prox_params, jax.tree.map(lambda x: x[first], batch))
+        return dynamics_metrics(params, first_grads, batch[0], jax.random.fold_in(k_epochs, args.update_epochs))
+
     def update(runner, levels, measure=False):
         """One iteration: rollout, GAE, epochs x minibatches; `measure` (a traced bool) adds the dynamics/ metrics."""
         start_params = runner.params
@@ -905,11 +929,11 @@ def make_train(args, env):
                              (traj._replace(behav_dist=None), advantages, targets))
 
         def update_epoch(carry, rng):
+            # each minibatch gathers its rows of the batch where it is used: no shuffled copy of the whole batch
             permutation = jax.random.permutation(rng, args.batch_size)
-            minibatches = jax.tree.map(
-                lambda x: x[permutation].reshape((args.num_minibatches, args.minibatch_size) + x.shape[1:]), batch
-            )
-            return jax.lax.scan(update_minibatch, carry, minibatches)
+            minibatch_rows = permutation.reshape(args.num_minibatches, args.minibatch_size)
+            return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], batch)),
+                                carry, minibatch_rows)
 
         rng, k_epochs = jax.random.split(runner.rng)
         epoch_keys = jax.random.split(k_epochs, args.update_epochs)
@@ -917,14 +941,10 @@ def make_train(args, env):
             update_epoch, (runner.params, runner.opt_state, runner.prox_params, runner.ewma_weight), epoch_keys
         )
 
-        def measured(_):
-            # the first minibatch of the first epoch, as update_epoch draws it, at the parameters it saw: its raw gradient
-            first = jax.random.permutation(epoch_keys[0], args.batch_size)[: args.minibatch_size]
-            first_grads, _ = minibatch_grads(start_params, runner.prox_params, jax.tree.map(lambda x: x[first], batch))
-            return dynamics_metrics(params, first_grads, batch[0], jax.random.fold_in(k_epochs, args.update_epochs))
-
-        shapes = jax.eval_shape(measured, None)
-        dynamics = jax.lax.cond(measure, measured, lambda _: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes), None)
+        operands = (start_params, runner.prox_params, params, batch, epoch_keys[0], k_epochs)
+        shapes = jax.eval_shape(measured, *operands)  # traces `measured` once: the cond below reuses the trace
+        dynamics = jax.lax.cond(measure, measured, lambda *_: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+                                *operands)
         runner = runner._replace(params=params, opt_state=opt_state, prox_params=prox_params, ewma_weight=ewma_weight, rng=rng)
 
         # KL(behaviour || updated policy) on the whole batch after the last epoch, exact (categoricals, Gaussians);
@@ -981,18 +1001,20 @@ def make_train(args, env):
         (_, _, _, solved, returns), _ = jax.lax.scan(body, init, jax.random.split(k_run, env.max_episode_steps))
         return solved.mean(), returns.mean()
 
+    update_once = jax.jit(update)
+
     def fused_update(runner, levels, measure, active):
         """--fuse-iterations iterations in one call: a scan of `update` whose metrics come back stacked. An iteration
         whose `active` is False leaves the runner as it is (a call that ends early, at an evaluation, a checkpoint or
         the last iteration, has the same shapes and so the same compiled program)."""
-        shapes = jax.eval_shape(update, runner, levels, measure[0])[1]
+        shapes = jax.eval_shape(update_once, runner, levels, measure[0])[1]  # cached: the cond below traces no more
 
         def skipped(runner):
             return runner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
         def body(runner, x):
             measure, active = x
-            return jax.lax.cond(active, lambda r: update(r, levels, measure), skipped, runner)
+            return jax.lax.cond(active, lambda r: update_once(r, levels, measure), skipped, runner)
 
         return jax.lax.scan(body, runner, (measure, active))
 
@@ -1022,9 +1044,9 @@ def append_coverage(run_dir, records):
         f.write(records.tobytes())
 
 
-def save_checkpoint(path, runner, levels, iteration, global_step, train_seconds, args):
-    """One .npz: every array of the runner state and the morphologies, plus the flags and counters."""
-    leaves = jax.tree.leaves((runner, levels))
+def save_checkpoint(path, state, iteration, global_step, train_seconds, args):
+    """One .npz: every array of `state` (the runner state and the morphologies), plus the flags and counters."""
+    leaves = jax.tree.leaves(state)
     meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
             "train_seconds": train_seconds, "args": asdict(args)}
     tmp = f"{path}.tmp.npz"
@@ -1033,7 +1055,7 @@ def save_checkpoint(path, runner, levels, iteration, global_step, train_seconds,
 
 
 def restore_checkpoint(path, target):
-    """(runner, levels), iteration, global_step, training seconds from `path`, checked leaf by leaf against `target`'s
+    """The state saved at `path`, iteration, global_step, training seconds; checked leaf by leaf against `target`'s
     shapes."""
     meta, leaves = read_checkpoint(path)
     expected, treedef = jax.tree.flatten(target)
@@ -1043,31 +1065,71 @@ def restore_checkpoint(path, target):
             meta.get("train_seconds", 0.0))
 
 
+def use_compile_cache(args):
+    """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory."""
+    if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
+        jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
+        return
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
+    jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, init and evaluation programs
+
+
 def main(args):
+    use_compile_cache(args)
     env = make_env(args)
     init, update, evaluate, schedule = make_train(args, env)
-    rng = jax.random.PRNGKey(args.seed)
-    rng, k_levels, k_init = jax.random.split(rng, 3)
-    runner_shape, levels_shape = jax.eval_shape(lambda: (init(k_init, env.sample_levels(k_levels)), env.sample_levels(k_levels)))
+    # --num-seeds: each seed's keys as a lone run makes them; every array below has a leading seed axis
+    seeds = [args.seed + i for i in range(args.num_seeds)]
+    keys = jnp.stack([jax.random.split(jax.random.PRNGKey(seed), 3) for seed in seeds])  # (seeds, [rng, levels, init])
+    k_levels, k_init = keys[:, 1], keys[:, 2]
+    eval_keys = jnp.stack([jax.random.PRNGKey(seed + 10_000) for seed in seeds])  # never the training stream
 
+    def start(k_levels, k_init):
+        levels = env.sample_levels(k_levels)
+        return init(k_init, levels), levels
+
+    start = jax.jit(jax.vmap(start))  # jitted: eval_shape's trace is reused by the call
+    runner_shape, levels_shape = jax.eval_shape(start, k_levels, k_init)
     start_iteration, global_step, train_seconds = 0, 0, 0.0
-    if args.resume is not None:
-        (runner, levels), start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, (runner_shape, levels_shape))
+    if args.resume is not None:  # one seed's checkpoint holds its arrays as a lone run's (no seed axis)
+        target = (runner_shape, levels_shape)
+        if args.num_seeds == 1:
+            target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), target)
+        (runner, levels), start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, target)
+        if args.num_seeds == 1:
+            runner, levels = jax.tree.map(lambda x: x[None], (runner, levels))
+    tags = []  # the scalar metrics in the order train_call stacks them (set when it is traced)
+
+    def train_call(runner, levels, measure, active):
+        """--fuse-iterations iterations of every seed; every scalar metric comes back in one (seeds, iterations, tags)
+        array, one transfer a call."""
+        if args.num_seeds == 1:  # one seed: the lone run's program itself
+            runner, metrics = update(*jax.tree.map(lambda x: x[0], (runner, levels)), measure, active)
+            runner, metrics = jax.tree.map(lambda x: x[None], (runner, metrics))
+        else:
+            runner, metrics = jax.vmap(update, in_axes=(0, 0, None, None))(runner, levels, measure, active)
+        tags[:] = [tag for tag in metrics if not tag.startswith("coverage/")]
+        scalars = jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
+        return runner, scalars, (metrics["coverage/obs"], metrics["coverage/features"])
+
     # the update (and the evaluation) compile on a second thread while this one sets the run up: XLA compiles without
     # holding the GIL, so on two or more cores the set-up's own small compilations run beside it
-    update = jax.jit(update, donate_argnums=0)  # --fuse-iterations iterations a call
-    evaluate = jax.jit(evaluate)
+    train_call = jax.jit(train_call, donate_argnums=0)
+    evaluate = jax.jit(jax.vmap(evaluate))
     flags_shape = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
     compiler = ThreadPoolExecutor(max_workers=1)
-    compiled_update = compiler.submit(lambda: update.lower(runner_shape, levels_shape, flags_shape, flags_shape).compile())
+    compiled_update = compiler.submit(lambda: train_call.lower(runner_shape, levels_shape, flags_shape, flags_shape).compile())
     if args.env_id == "locomotion" and args.eval_every:
-        compiled_evaluate = compiler.submit(lambda: evaluate.lower(runner_shape.params, levels_shape, k_init).compile())
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        compiled_evaluate = compiler.submit(lambda: evaluate.lower(runner_shape.params, levels_shape, eval_keys).compile())
+    stamp = int(time.time())
+    run_names = [f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
     mode = "PPO" if args.ewma_com is None else f"PPO-EWMA (COM {args.ewma_com:g}, beta {ewma_beta(args.ewma_com):.4f})"
     print(
         f"{mode}: batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
         f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
         f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
+        + (f"; seeds {seeds[0]}..{seeds[-1]} in one program" if args.num_seeds > 1 else "")
         + (f"; resuming {args.resume} after iteration {start_iteration}" if args.resume else "")
     )
     if args.ewma_com is not None:
@@ -1082,63 +1144,69 @@ def main(args):
         import wandb
 
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_name, save_code=True)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
+                   config=vars(args), name=run_names[0], save_code=True)
+    writers = [SummaryWriter(f"runs/{name}") for name in run_names]
+    for seed, writer in zip(seeds, writers):
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
+            f"|{key}|{seed if key == 'seed' else value}|" for key, value in vars(args).items()))
 
     if args.resume is None:
-        levels = jax.jit(env.sample_levels)(k_levels)
-        runner = jax.jit(init)(k_init, levels)
-    update = compiled_update.result()
-    eval_rng = jax.random.PRNGKey(args.seed + 10_000)  # evaluation never draws from the training stream
+        runner, levels = start(k_levels, k_init)
+    train_call = compiled_update.result()
     locomotion = args.env_id == "locomotion"
 
     recent_returns = deque(maxlen=20)
-    progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step",
-                    unit_scale=True, dynamic_ncols=True)
+    progress = tqdm(total=args.num_iterations * args.batch_size * args.num_seeds, initial=global_step * args.num_seeds,
+                    unit="step", unit_scale=True, dynamic_ncols=True)
     start_time, start_step = time.time(), global_step
     logged_time = start_time  # when the metrics of the last logged call arrived
     # the learning rate after each iteration, computed once here (a jax call in the loop would wait for the update)
     counts = np.arange(args.num_iterations + 1) * args.update_epochs * args.num_minibatches
     learning_rates = np.broadcast_to(np.asarray(schedule(counts)), counts.shape)
 
-    def log_call(first, last, measure, stacked):
-        """Log iterations first..last of one call, each at its own step. The call's wall time (from the previous call's
-        metrics to this one's) is shared evenly among its iterations."""
+    def log_call(first, last, measure, scalars, states):
+        """Log iterations first..last of one call, each at its own step, one event per iteration and seed. The call's
+        wall time (from the previous call's metrics to this one's) is shared evenly among its iterations."""
         nonlocal global_step, logged_time
-        states = stacked.pop("coverage/obs"), stacked.pop("coverage/features")  # on the device: fetched when saved
-        stacked = jax.device_get(stacked)  # waits for the call
+        numbers = np.arange(first, last + 1)
+        saves = measure[: len(numbers)] & (args.coverage_samples > 0) & ((numbers == 1) | (numbers % max(args.coverage_every, 1) == 0))
+        # the call's own buffers only: an indexing op would queue behind the call that is running now and wait for it
+        scalars, states = jax.device_get((scalars, states if saves.any() else None))
         now = time.time()
-        for i, iteration in enumerate(range(first, last + 1)):
-            metrics = {tag: value[i] for tag, value in stacked.items()}
+        for i, iteration in enumerate(numbers):
             global_step += args.batch_size
-            if measure[i] and args.coverage_samples and (iteration == 1 or iteration % args.coverage_every == 0):
-                append_coverage(f"runs/{run_name}", coverage_records(*jax.device_get((states[0][i], states[1][i])),
-                                                                     iteration, global_step))
-            if not measure[i]:
-                metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
-            episodes = metrics.pop("episodes")
-            ret_sum, len_sum, solved = (metrics.pop(k) for k in ("episode_return_sum", "episode_length_sum", "episodes_solved"))
-            if episodes:
-                recent_returns.append(ret_sum / episodes)
-                writer.add_scalar("charts/episodic_return", ret_sum / episodes, global_step)
-                writer.add_scalar("charts/episodic_length", len_sum / episodes, global_step)
-                if locomotion:
-                    writer.add_scalar("charts/episodic_solve_rate", solved / episodes, global_step)
-            for tag, value in metrics.items():
-                writer.add_scalar(tag, value, global_step)
-            writer.add_scalar("charts/ddr", args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12), global_step)
-            writer.add_scalar("charts/learning_rate", learning_rates[iteration], global_step)
             seconds = logged_time + (now - logged_time) * (i + 1) / (last - first + 1) - start_time
-            writer.add_scalar("charts/SPS", int((global_step - start_step) / seconds), global_step)
-            writer.add_scalar("charts/train_seconds", train_seconds + seconds, global_step)  # wall-clock x
+            for s, (name, writer) in enumerate(zip(run_names, writers)):
+                metrics = dict(zip(tags, scalars[s, i].tolist()))
+                if saves[i]:
+                    append_coverage(f"runs/{name}", coverage_records(states[0][s, i], states[1][s, i], iteration, global_step))
+                if not measure[i]:
+                    metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
+                episodes = metrics.pop("episodes")
+                ret_sum, len_sum, solved = (metrics.pop(k) for k in ("episode_return_sum", "episode_length_sum", "episodes_solved"))
+                if episodes:
+                    recent_returns.append(ret_sum / episodes)
+                    metrics["charts/episodic_return"] = ret_sum / episodes
+                    metrics["charts/episodic_length"] = len_sum / episodes
+                    if locomotion:
+                        metrics["charts/episodic_solve_rate"] = solved / episodes
+                metrics["charts/ddr"] = args.batch_size / max(metrics["losses/approx_kl"], 1e-12)
+                metrics["charts/learning_rate"] = learning_rates[iteration]
+                metrics["charts/SPS"] = int((global_step - start_step) / seconds)
+                metrics["charts/train_seconds"] = train_seconds + seconds  # wall-clock x
+                writer.add_scalars(metrics, global_step)
         logged_time = now
-        progress.update(args.batch_size * (last - first + 1))
-        progress.set_postfix(sps=int((global_step - start_step) / (now - start_time)),
+        progress.update(args.batch_size * args.num_seeds * (last - first + 1))
+        progress.set_postfix(sps=int(args.num_seeds * (global_step - start_step) / (now - start_time)),
                              ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
+
+    def checkpoint(iteration):
+        """runs/<first seed's run>/checkpoints/iter_<iteration>.npz: one seed's arrays as a lone run's, several seeds'
+        with their seed axis."""
+        os.makedirs(f"runs/{run_names[0]}/checkpoints", exist_ok=True)
+        state = (runner, levels) if args.num_seeds > 1 else jax.tree.map(lambda x: x[0], (runner, levels))
+        save_checkpoint(f"runs/{run_names[0]}/checkpoints/iter_{iteration}.npz", state, iteration, global_step,
+                        train_seconds + time.time() - start_time, args)
 
     iteration, pending = start_iteration, None
     while iteration < args.num_iterations:
@@ -1150,10 +1218,10 @@ def main(args):
         numbers = np.arange(iteration + 1, iteration + args.fuse_iterations + 1)
         active = numbers <= last
         measure = active & (args.dynamics_every > 0) & ((numbers % max(args.dynamics_every, 1) == 0) | (numbers == 1))
-        runner, stacked = update(runner, levels, jnp.asarray(measure), jnp.asarray(active))
+        runner, *stacked = train_call(runner, levels, measure, active)
         if pending:  # the previous call's metrics are logged while this call computes (JAX dispatches asynchronously)
             log_call(*pending)
-        pending, iteration = (iteration + 1, last, measure, stacked), last
+        pending, iteration = (iteration + 1, last, measure, *stacked), last
         evaluate_now = locomotion and args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations)
         save_now = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)
         if evaluate_now or save_now or iteration == args.num_iterations:
@@ -1161,15 +1229,15 @@ def main(args):
             pending = None
             if evaluate_now:
                 evaluate = compiled_evaluate.result()
-                solve_rate, eval_return = jax.device_get(evaluate(runner.params, levels, jax.random.fold_in(eval_rng, iteration)))
-                writer.add_scalar("charts/solve_rate", solve_rate, global_step)
-                writer.add_scalar("charts/eval_return", eval_return, global_step)
+                rngs = jax.vmap(jax.random.fold_in, (0, None))(eval_keys, iteration)
+                solve_rates, eval_returns = jax.device_get(evaluate(runner.params, levels, rngs))
+                for writer, solve_rate, eval_return in zip(writers, solve_rates, eval_returns):
+                    writer.add_scalars({"charts/solve_rate": solve_rate, "charts/eval_return": eval_return}, global_step)
             if save_now:
-                os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
-                save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", runner, levels, iteration, global_step,
-                                train_seconds + time.time() - start_time, args)
+                checkpoint(iteration)
     progress.close()
-    writer.close()
+    for writer in writers:
+        writer.close()
 
 
 if __name__ == "__main__":

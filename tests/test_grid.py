@@ -193,6 +193,17 @@ def test_bad_flags_stop_the_launch_with_one_line(tmp_path, grid, text):
     assert not any(tmp_path.iterdir())  # nothing registered, nothing run
 
 
+def test_speed_flags_are_not_part_of_a_run_s_identity_and_seeds_stay_one_a_process(tmp_path, capsys):
+    """ppo_ewma_jax's --fuse-iterations and --no-compile-cache change no number it learns: the same run; --num-seeds
+    would put several seeds' runs in one run directory: refused, --seeds gives them."""
+    base = ["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "--iterations", "2"]
+    plain = names(tmp_path / "a", base, capsys)
+    assert names(tmp_path / "b", base + ["--", "--fuse-iterations", "2", "--no-compile-cache"], capsys) == plain
+    result = launch_cli(base + ["--out-dir", str(tmp_path / "c"), "--", "--num-seeds", "4"])
+    assert result.returncode == 2 and "--num-seeds after --: the launcher runs one seed a process" in result.stderr
+    assert not (tmp_path / "c").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # Real grids
 # ---------------------------------------------------------------------------------------------

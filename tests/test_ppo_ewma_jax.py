@@ -475,9 +475,83 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--env-id", "Pendulum-v1"], "gymnax's continuous-action envs are not supported; use a Brax environment"),
     (["--env-size", "xl"], "--env-size must be one of s, m, l"),
     (["--resume", "no/such/checkpoint.npz"], "--resume no/such/checkpoint.npz: no such file"),
+    (["--num-seeds", "0"], "--num-seeds must be positive"),
+    (["--seed", "-1"], "--seed must lie in [0, 2**31 - --num-seeds] = [0, 2147483647]"),
+    (["--seed", str(2**31 - 2), "--num-seeds", "3"], "--seed must lie in [0, 2**31 - --num-seeds] = [0, 2147483645]"),
+    (["--seed", str(2**64)], "--seed must lie in"),
+    (["--track", "--num-seeds", "2"], "--track logs one wandb run a process"),
 ])
 def test_bad_flags_fail_before_compute_with_one_line(tmp_path, flags, message):
     assert_bad_input(run_script(flags, tmp_path), tmp_path, message)
+
+
+# --num-seeds: a 3-seed run and the lone run of its middle seed, 16 iterations, checkpoints at 8 and 16
+SEEDS = ["--env-id", "CartPole-v1", "--num-envs", "8", "--num-steps", "32", "--num-minibatches", "4", "--update-epochs",
+         "2", "--total-timesteps", "4096", "--dynamics-every", "2", "--save-every", "8"]
+
+
+@shared_runs(minutes=1)
+def seed_runs(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("seeds")
+    for name, flags in (("three", ["--seed", "2", "--num-seeds", "3"]), ("lone", ["--seed", "3"])):
+        result = run_script(SEEDS + flags, workdir / name)
+        assert result.returncode == 0, result.stderr[-3000:]
+    return workdir
+
+
+def test_seeds_in_one_program_log_what_each_logs_alone(seed_runs):
+    """--num-seeds 3: a run per seed, named by its seed; the middle one logs the numbers of the lone run of that seed
+    (a vmapped program: the same computation, summed in another order), dynamics/ and coverage states included."""
+    runs = run_dirs(seed_runs / "three")
+    assert [run.name.split("__")[2] for run in runs] == ["2", "3", "4"]
+    together, texts = read_values(runs[1])
+    alone = read_values(run_dirs(seed_runs / "lone")[0])[0]
+    assert "|seed|3|" in texts["hyperparameters/text_summary"][0]
+    assert set(together) == set(alone) and len(together["losses/approx_kl"]) == 16
+    for tag in alone:
+        if tag not in ("charts/SPS", "charts/train_seconds"):
+            np.testing.assert_allclose(together[tag], alone[tag], rtol=2e-4, atol=1e-6, err_msg=tag)
+    others = [read_values(run)[0]["losses/policy_loss"] for run in (runs[0], runs[2])]
+    assert not np.allclose(others[0], together["losses/policy_loss"]) and not np.allclose(others[1], others[0])
+    def states(run):  # one TensorBoard run's coverage records (read_coverage merges every run of a directory)
+        spec = json.loads((run / "coverage.json").read_text())
+        dtype = np.dtype([(name, base, tuple(shape)) for name, base, shape in spec["dtype"]])
+        return np.frombuffer((run / "coverage.bin").read_bytes(), dtype)
+
+    states_together, states_alone = states(runs[1]), states(run_dirs(seed_runs / "lone")[0])
+    assert states_together["iteration"].tolist() == states_alone["iteration"].tolist() and len(states_alone) > 0
+    np.testing.assert_allclose(states_together["features"], states_alone["features"], atol=2e-3)
+
+
+def test_a_checkpoint_of_several_seeds_resumes_exactly_and_only_with_them(seed_runs, tmp_path):
+    runs = run_dirs(seed_runs / "three")
+    checkpoint = runs[0] / "checkpoints" / "iter_8.npz"
+    assert sorted(p.name for p in checkpoint.parent.iterdir()) == ["iter_16.npz", "iter_8.npz"]
+    assert not (runs[1] / "checkpoints").exists()  # one file holds every seed, in the first seed's run
+    meta, leaves = load_script(SCRIPT).read_checkpoint(checkpoint)
+    assert meta["args"]["num_seeds"] == 3 and all(leaf.shape[0] == 3 for leaf in leaves)
+    result = run_script(SEEDS + ["--seed", "2", "--num-seeds", "3", "--resume", checkpoint], tmp_path / "resumed")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for original, resumed in zip(runs, run_dirs(tmp_path / "resumed")):
+        original, resumed = read_values(original)[0], read_values(resumed)[0]
+        for tag in LOSS_TAGS[:4]:
+            np.testing.assert_allclose(resumed[tag], original[tag][8:], rtol=1e-6, err_msg=tag)
+    refused = run_script(SEEDS + ["--seed", "2", "--resume", checkpoint], tmp_path / "one")
+    assert_bad_input(refused, tmp_path / "one", "was saved with --num-seeds 3, this run has 1")
+
+
+def test_the_compile_cache_is_on_unless_turned_off(tmp_path):
+    """Compiled programs go to $JAX_COMPILATION_CACHE_DIR (else ~/.cache/cleanrl-scale/jax); --no-compile-cache and
+    JAX_ENABLE_COMPILATION_CACHE=false keep it empty."""
+    flags = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
+             "--update-epochs", "1", "--total-timesteps", "64", "--hidden-size", "16"]
+    for name, extra, env in (("on", [], {}), ("flag", ["--no-compile-cache"], {}),
+                             ("variable", [], {"JAX_ENABLE_COMPILATION_CACHE": "false"})):
+        cache = tmp_path / name / "cache"
+        result = run_copy(SCRIPT, flags + extra, tmp_path / name, timeout=900,
+                          extra_env={"JAX_COMPILATION_CACHE_DIR": str(cache), **env})
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert (cache.exists() and any(cache.iterdir())) == (name == "on"), name
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -131,3 +131,41 @@ def test_a_checkout_the_edits_do_not_match_stops_with_the_line(tmp_path):
     (checkout / "cleanrl" / "ppo_atari_envpool.py").write_text(text)
     result = harness("--reference", checkout, "--bench", "ppo_atari", *TINY, cwd=tmp_path)
     assert_bad_input(result, tmp_path, "has no line 'env_type=\"gym\",'")
+
+
+def test_steady_rates_are_the_extra_steps_over_the_extra_seconds():
+    rates = vs_reference.steady_rates({"reference": {100: 10.0, 300: 14.0}, "project": {100: 12.0, 300: 14.5}}, [100, 300])
+    assert rates == pytest.approx({"reference": 200 / 4.0, "project": 200 / 2.5})
+    with pytest.raises(ValueError, match="a side trained 200 more steps in no more time"):
+        vs_reference.steady_rates({"reference": {100: 10.0, 300: 9.9}, "project": {100: 1.0, 300: 2.0}}, [100, 300])
+
+
+def test_steady_runs_both_budgets_cold_first(tmp_path):
+    """--steady on the stand-in, whose 192 random steps take hardly longer than 64: the cold runs (each side at both
+    budgets) come first; a pair where a side took no longer stops the harness, naming the remedy, with no report."""
+    out = tmp_path / "result.json"
+    result = harness("--reference", STAND_IN, "--bench", "ppo_atari", "--num-envs", "2", "--num-steps", "16",
+                     "--total-timesteps", "64", "--pairs", "3", "--steady", "--json", out, cwd=tmp_path)
+    lines = result.stdout.splitlines()
+    cold = [i for i, line in enumerate(lines) if line.startswith("cold (filling the cache, 192 steps): reference")]
+    assert "64 and 192 steps a run" in lines[0] and len(cold) == 1
+    assert not any(line.startswith("pair ") for line in lines[: cold[0]])  # the cold runs before any pair
+    if result.returncode:  # the stand-in's extra steps were lost in the noise of a process start
+        assert "more steps in no more time" in result.stderr and "raise --total-timesteps" in result.stderr
+        assert not out.exists()
+    else:
+        report = json.loads(out.read_text())
+        assert report["median_steady_ratio"] == pytest.approx(sorted(p["steady_ratio"] for p in report["pairs"])[1])
+
+
+def test_the_minatar_bench_trains_purejaxrl_s_minibatches_and_epochs():
+    bench = vs_reference.BENCHES["ppo_minatar_jax"]
+    opts, _ = vs_reference.parse(["--reference", str(STAND_IN), "--bench", "ppo_minatar_jax", "--num-envs", "64",
+                                  "--total-timesteps", "4096"])
+    reference_argv, project_argv = vs_reference.commands(bench, opts, "driver.py")
+    config = json.loads(reference_argv[1])
+    assert (config["ENV_NAME"], config["NUM_ENVS"], config["NUM_STEPS"]) == ("SpaceInvaders-MinAtar", 64, 16)
+    assert (config["NUM_MINIBATCHES"], config["UPDATE_EPOCHS"]) == (8, 4)
+    value = lambda flag: project_argv[project_argv.index(flag) + 1]
+    assert (value("--num-minibatches"), value("--update-epochs"), value("--hidden-size")) == ("8", "4", "64")
+    assert "--no-compile-cache" in project_argv  # both sides cold, unless --steady shares a cache

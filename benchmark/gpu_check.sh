@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The JAX scripts on a GPU, each part one benchmark command of this directory, the raw output of each kept in OUT_DIR:
+#   device      profile_jax.py at 4,096, 65,536 and 524,288 envs: ppo_ewma_jax.py's training iteration and PureJaxRL's
+#               ppo.py's timed on the device in one process (SpaceInvaders-MinAtar, 64x2 tanh, 16 steps, 4 epochs x 8
+#               minibatches), and their kernels summed from a profiler trace
+#   minatar     vs_reference.py --bench ppo_minatar_jax --steady at 4,096 envs: the two whole processes side by side,
+#               steady-state and whole-process ratios, the median of 3 pairs
+#   locomotion  jax_steps_per_second.py: Kinetix locomotion size m at Table 2 (2,048 x 256) and at 16,384 envs
+#   sfl         sfl_steps_per_second.py first-update: ppo_kinetix_sfl.py --model mlp, size s, Table 3's 2,048 preset
+#   smoke       cuda_smoke.sh: every GPU script (torch and JAX) a few iterations on CUDA
+#
+#   REFERENCE=~/src/purejaxrl bash benchmark/gpu_check.sh OUT_DIR        (PARTS="minatar locomotion" runs those alone)
+#
+# Stops before any run unless JAX's default backend is a GPU. REFERENCE is a checkout of PureJaxRL (the device and
+# minatar parts need it; nothing of it is in this repository). PAIRS (default 3) pairs for minatar. Each command has
+# its own time limit (LIMIT_S; defaults below); one past it is cut and the next runs. On an H200 (2026-11-26) a warm
+# whole process of either side took 10-15 s, so a minatar size of 3 pairs takes ~4 minutes.
+# Every command's output goes to OUT_DIR/<part>.txt (and .json where the command writes one) as it runs.
+set -uo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+PY="${PYTHON:-python3}"
+"$PY" -c "import jax; assert jax.default_backend() == 'gpu', jax.default_backend()" 2>/dev/null \
+  || { echo "gpu_check: JAX's default backend is not a GPU; nothing run" >&2; exit 2; }
+OUT_DIR="${1:?usage: REFERENCE=PATH bash benchmark/gpu_check.sh OUT_DIR}"
+mkdir -p "$OUT_DIR"
+PAIRS="${PAIRS:-3}"
+failed=0
+
+part() {  # part NAME LIMIT COMMAND...: run one command, its output to OUT_DIR/NAME.txt and the screen
+  local name=$1 limit=$2; shift 2
+  echo "== $name: $*"
+  local start=$SECONDS
+  (cd "$HERE" && timeout "$limit" "$@") > "$OUT_DIR/$name.txt" 2>&1
+  local rc=$?
+  tail -n 8 "$OUT_DIR/$name.txt"
+  echo "== $name: exit $rc after $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || failed=1
+}
+
+for p in ${PARTS:-device minatar locomotion sfl smoke}; do
+  case $p in
+    device)
+      for envs in 4096 65536 524288; do
+        part "device_$envs" "${LIMIT_S:-120}" "$PY" profile_jax.py --reference "${REFERENCE:?REFERENCE: a PureJaxRL checkout}" \
+          --num-envs "$envs" --calls 5 --json "$OUT_DIR/device_$envs.json"
+      done ;;
+    minatar)
+      # 320 iterations: ~2.5 s of PureJaxRL's training, ~7.5 s at 3 x (1-3 s budgets were within the processes' spread)
+      part minatar_4096 "${LIMIT_S:-330}" "$PY" vs_reference.py --reference "${REFERENCE:?REFERENCE: a PureJaxRL checkout}" \
+        --bench ppo_minatar_jax --num-envs 4096 --total-timesteps 20971520 --steady --pairs "$PAIRS" --json "$OUT_DIR/minatar_4096.json" ;;
+    locomotion)
+      for envs in 2048 16384; do
+        part "locomotion_$envs" "${LIMIT_S:-300}" "$PY" jax_steps_per_second.py --env-size m --num-envs "$envs" --num-steps 256 \
+          --iterations 4 --repeats 1 --json "$OUT_DIR/locomotion_$envs.json" -- --num-minibatches 32 --update-epochs 8
+      done ;;
+    sfl)
+      part sfl_first_update "${LIMIT_S:-300}" "$PY" sfl_steps_per_second.py first-update --env-size s --num-envs 2048 \
+        --model mlp --repeats 1 ;;
+    smoke)
+      part cuda_smoke "${LIMIT_S:-600}" bash cuda_smoke.sh "$OUT_DIR/cuda_smoke_runs" ;;
+    *) echo "gpu_check: unknown part $p (device, minatar, locomotion, sfl, smoke)" >&2; exit 2 ;;
+  esac
+done
+exit $failed

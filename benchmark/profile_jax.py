@@ -1,0 +1,174 @@
+"""Where ppo_ewma_jax.py's device time goes: its training iteration timed on the device beside PureJaxRL's, and a
+jax.profiler trace of each summed by kernel.
+
+In this one process: (1) the script's jitted call of --fuse-iterations iterations (the program the script runs, the
+dynamics/ metrics at their default cadence), compiled once and timed over --calls calls after a warm-up call; (2) with
+--reference, PureJaxRL's ppo.py `make_train` at 2 and 2 + --calls iterations, each compiled ahead and timed after a
+warm-up run: its seconds an iteration are the difference over --calls (its start-up cancels); (3) one more call of
+each under `jax.profiler.trace` (a perfetto trace), whose device events are summed by name: the top --top kernels of
+each side, with their share of the side's device time. Host loop, logging and compilation are not in these figures
+(vs_reference.py --steady measures whole processes).
+
+    python benchmark/profile_jax.py --reference ~/src/purejaxrl --num-envs 65536 --json out.json
+    python benchmark/profile_jax.py --num-envs 256 --calls 10 --against 426989b     (a change, side by side)
+
+--against REV times the script as it was at a git revision the same way, in the same process (the two programs
+compiled, then timed one after the other).
+"""
+import argparse
+import glob
+import gzip
+import importlib.util
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from common import jax_machine, load_script, script_at
+from vs_reference import BENCHES, PUREJAXRL_DRIVER, prepare_reference
+
+
+def kernel_totals(trace_dir):
+    """{event name: total microseconds} of a perfetto trace's device events (every event where no device is traced)."""
+    path = glob.glob(f"{trace_dir}/**/perfetto_trace.json.gz", recursive=True)[0]
+    events = json.load(gzip.open(path))["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"}
+    device = {pid for pid, name in names.items() if "GPU" in name or "TPU" in name}
+    totals = defaultdict(float)
+    for e in events:
+        if e.get("ph") == "X" and (not device or e["pid"] in device):
+            totals[e["name"]] += e.get("dur", 0.0)
+    return dict(totals)
+
+
+def profiled(fn, label, opts):
+    """fn() under the profiler: the top kernels, their microseconds and share."""
+    trace_dir = tempfile.mkdtemp(prefix=f"profile_jax_{label}_")
+    try:
+        with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+            jax.block_until_ready(fn())
+        totals = kernel_totals(trace_dir)
+    finally:
+        shutil.rmtree(trace_dir, ignore_errors=True)
+    whole = sum(totals.values()) or 1.0
+    top = sorted(totals.items(), key=lambda kv: -kv[1])[: opts.top]
+    return {"device_us": whole, "top": [{"name": n[:120], "us": us, "share": us / whole} for n, us in top]}
+
+
+def load_at(revision):
+    """ppo_ewma_jax.py as it was at git `revision`, imported under another name."""
+    path = script_at("ppo_ewma_jax", revision, tempfile.mkdtemp(prefix="profile_jax_against_"))
+    spec = importlib.util.spec_from_file_location(f"ppo_ewma_jax_at_{revision}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def project_side(opts, ewma):
+    flags = dict(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=8,
+                 update_epochs=4, learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
+                 hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000)
+    args = ewma.resolve_args(ewma.Args(**{k: v for k, v in flags.items() if k in ewma.Args.__dataclass_fields__}))
+    env = ewma.make_env(args)
+    init, update, _, _ = ewma.make_train(args, env)
+    levels = env.sample_levels(jax.random.PRNGKey(0))
+    runner = jax.jit(init)(jax.random.PRNGKey(1), levels)
+    plain = jnp.zeros(args.fuse_iterations, bool)  # no dynamics/ metrics; a call with them is timed apart
+    measured = plain.at[0].set(True)
+    active = jnp.ones(args.fuse_iterations, bool)
+    call = jax.jit(update, donate_argnums=0).lower(runner, levels, plain, active).compile()
+    state = {"runner": runner}
+
+    def one_call(measure=plain):
+        state["runner"], metrics = call(state["runner"], levels, measure, active)
+        return metrics
+
+    def timed(measure):
+        start = time.perf_counter()
+        jax.block_until_ready(one_call(measure))
+        return (time.perf_counter() - start) / args.fuse_iterations
+
+    jax.block_until_ready(one_call())
+    seconds = [timed(plain) for _ in range(opts.calls)]
+    with_dynamics = [timed(measured) for _ in range(2)]
+    return {"fuse_iterations": args.fuse_iterations, "iteration_s": statistics.median(seconds), "calls_s": seconds,
+            "measured_call_s_per_iteration": with_dynamics, "profile": profiled(one_call, "project", opts),
+            "profiled_iterations": args.fuse_iterations}
+
+
+def reference_side(opts):
+    bench = BENCHES["ppo_minatar_jax"]
+    directory = Path(tempfile.mkdtemp(prefix="profile_jax_reference_"))
+    prepare_reference(bench, opts.reference.resolve(), directory)
+    sys.path.insert(0, str(directory))
+    import ppo  # PureJaxRL's, from the checkout
+
+    config = json.loads(PUREJAXRL_DRIVER.split("config = ", 1)[1].split("\nconfig.update", 1)[0].replace("True", "true")
+                        .replace("False", "false"))
+    batch = opts.num_envs * opts.num_steps
+    config.update(ENV_NAME=opts.env_id, NUM_ENVS=opts.num_envs, NUM_STEPS=opts.num_steps, NUM_MINIBATCHES=8,
+                  UPDATE_EPOCHS=4, DEBUG=False)
+    timed = {}
+    for iterations in (2, 2 + opts.calls):
+        train = jax.jit(ppo.make_train(dict(config, TOTAL_TIMESTEPS=batch * iterations))).lower(jax.random.PRNGKey(1)).compile()
+        jax.block_until_ready(train(jax.random.PRNGKey(1)))
+        start = time.perf_counter()
+        jax.block_until_ready(train(jax.random.PRNGKey(2)))
+        timed[iterations] = (time.perf_counter() - start, train)
+    short, long = timed[2], timed[2 + opts.calls]
+    shutil.rmtree(directory, ignore_errors=True)
+    return {"iteration_s": (long[0] - short[0]) / opts.calls, "profiled_iterations": 2,
+            "profile": profiled(lambda: short[1](jax.random.PRNGKey(3)), "reference", opts)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reference", type=Path, help="a PureJaxRL checkout (its purejaxrl/ppo.py and wrappers.py)")
+    parser.add_argument("--env-id", default="SpaceInvaders-MinAtar")
+    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--num-steps", type=int, default=16)
+    parser.add_argument("--calls", type=int, default=5, help="timed calls (the reference: extra iterations)")
+    parser.add_argument("--top", type=int, default=15, help="kernels listed per side")
+    parser.add_argument("--against", metavar="REV", help="also time the script as it was at this git revision")
+    parser.add_argument("--json", type=Path)
+    opts = parser.parse_args()
+    if opts.num_envs < 8 or opts.num_steps < 1 or opts.calls < 1:
+        raise SystemExit("profile_jax.py: error: --num-envs >= 8, --num-steps >= 1 and --calls >= 1 required")
+    report = {"machine": jax_machine(), "options": {k: str(v) for k, v in vars(opts).items()}}
+    report["project"] = project_side(opts, load_script("ppo_ewma_jax"))
+    if opts.against:
+        report["against"] = project_side(opts, load_at(opts.against))
+    if opts.reference:
+        report["reference"] = reference_side(opts)
+    batch = opts.num_envs * opts.num_steps
+    for side in ("project", "against", "reference"):
+        if side in report:
+            r = report[side]
+            profile = r["profile"]
+            print(f"{side if side != 'against' else f'project at {opts.against}'}: {r['iteration_s'] * 1e3:.2f} ms an iteration ({batch / r['iteration_s']:,.0f} steps/s); "
+                  f"profiled: {profile['device_us'] / 1e3:.1f} ms over {r['profiled_iterations']} iterations"
+                  + (", with initialisation" if side == "reference" else "") + "; top:")
+            for k in profile["top"]:
+                print(f"  {k['us'] / 1e3:9.2f} ms {100 * k['share']:5.1f}%  {k['name']}")
+    if "against" in report:
+        print(f"ratio (project at {opts.against} s / project s an iteration): "
+              f"x{report['against']['iteration_s'] / report['project']['iteration_s']:.3f}")
+    if "reference" in report:
+        print(f"ratio (reference s / project s an iteration): x{report['reference']['iteration_s'] / report['project']['iteration_s']:.3f}; "
+              f"{report['machine']}")
+    if opts.json:
+        opts.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

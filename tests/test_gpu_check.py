@@ -1,0 +1,35 @@
+"""benchmark/gpu_check.sh and benchmark/profile_jax.py: without a GPU the check stops before any run; the trace
+reader sums a real profiler trace's events by name."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmark"))
+import profile_jax  # noqa: E402
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be present: the check would run")
+def test_without_a_gpu_it_stops_before_any_run(tmp_path):
+    result = subprocess.run(["bash", str(ROOT / "benchmark" / "gpu_check.sh"), str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=300,
+                            env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "PYTHON": sys.executable})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "JAX's default backend is not a GPU; nothing run" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trace_is_summed_by_event_name(tmp_path):
+    f = jax.jit(lambda x: jnp.sin(x @ x.T).sum())
+    x = jnp.ones((256, 256))
+    jax.block_until_ready(f(x))
+    with jax.profiler.trace(str(tmp_path), create_perfetto_trace=True):
+        jax.block_until_ready(f(x))
+    totals = profile_jax.kernel_totals(tmp_path)
+    assert totals and all(us >= 0 for us in totals.values()) and sum(totals.values()) > 0
+    assert any("block_until_ready" in name or "Execute" in name for name in totals)  # the host's events on a CPU
