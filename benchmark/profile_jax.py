@@ -1,19 +1,20 @@
 """Where ppo_ewma_jax.py's device time goes: its training iteration timed on the device beside PureJaxRL's, and a
 jax.profiler trace of each summed by kernel.
 
-In this one process: (1) the script's jitted call of --fuse-iterations iterations (the program the script runs, the
-dynamics/ metrics at their default cadence), compiled once and timed over --calls calls after a warm-up call; (2) with
---reference, PureJaxRL's ppo.py `make_train` at 2 and 2 + --calls iterations, each compiled ahead and timed after a
-warm-up run: its seconds an iteration are the difference over --calls (its start-up cancels); (3) one more call of
-each under `jax.profiler.trace` (a perfetto trace), whose device events are summed by name: the top --top kernels of
-each side, with their share of the side's device time. Host loop, logging and compilation are not in these figures
+In this one process: (1) the script's jitted call of its default --fuse-iterations iterations (the program the script
+runs), compiled once and, after a warm-up call, timed over --calls calls without the dynamics/ metrics (the median),
+then twice with them; (2) with --reference, PureJaxRL's ppo.py `make_train` at 2 and 2 + --calls iterations, each
+compiled ahead and warmed up, then run in turn --repeats times: its seconds an iteration are the median of the
+differences over --calls (its start-up cancels; a median of 0 or less stops the command); (3) one more call of each
+under `jax.profiler.trace` (a perfetto trace), whose device events are summed by name: the top --top kernels of each
+side, with their share of the side's device time. Host loop, logging and compilation are not in these figures
 (vs_reference.py --steady measures whole processes).
 
     python benchmark/profile_jax.py --reference ~/src/purejaxrl --num-envs 65536 --json out.json
     python benchmark/profile_jax.py --num-envs 256 --calls 10 --against 426989b     (a change, side by side)
 
---against REV times the script as it was at a git revision the same way, in the same process (the two programs
-compiled, then timed one after the other).
+--against REV times the script as it was at a git revision the same way, in the same process (both programs compiled,
+then their calls timed in turn, the first of each round rotating).
 """
 import argparse
 import glob
@@ -74,39 +75,58 @@ def load_at(revision):
     return module
 
 
-def project_side(opts, ewma):
+def project_program(opts, ewma):
+    """(call(measure) -> metrics, iterations a call, the no-dynamics and the dynamics masks) of the script's jitted
+    call at these sizes, compiled and run once."""
     flags = dict(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=8,
                  update_epochs=4, learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
                  hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000)
     args = ewma.resolve_args(ewma.Args(**{k: v for k, v in flags.items() if k in ewma.Args.__dataclass_fields__}))
+    if hasattr(ewma, "resolve_fuse_iterations"):  # earlier revisions resolve it with the other flags
+        ewma.resolve_fuse_iterations(args)
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
     runner = jax.jit(init)(jax.random.PRNGKey(1), levels)
     plain = jnp.zeros(args.fuse_iterations, bool)  # no dynamics/ metrics; a call with them is timed apart
-    measured = plain.at[0].set(True)
     active = jnp.ones(args.fuse_iterations, bool)
-    call = jax.jit(update, donate_argnums=0).lower(runner, levels, plain, active).compile()
+    compiled = jax.jit(update, donate_argnums=0).lower(runner, levels, plain, active).compile()
     state = {"runner": runner}
 
-    def one_call(measure=plain):
-        state["runner"], metrics = call(state["runner"], levels, measure, active)
+    def call(measure=plain):
+        state["runner"], metrics = compiled(state["runner"], levels, measure, active)
         return metrics
 
-    def timed(measure):
-        start = time.perf_counter()
-        jax.block_until_ready(one_call(measure))
-        return (time.perf_counter() - start) / args.fuse_iterations
+    jax.block_until_ready(call())
+    return call, args.fuse_iterations, plain, plain.at[0].set(True)
 
-    jax.block_until_ready(one_call())
-    seconds = [timed(plain) for _ in range(opts.calls)]
-    with_dynamics = [timed(measured) for _ in range(2)]
-    return {"fuse_iterations": args.fuse_iterations, "iteration_s": statistics.median(seconds), "calls_s": seconds,
-            "measured_call_s_per_iteration": with_dynamics, "profile": profiled(one_call, "project", opts),
-            "profiled_iterations": args.fuse_iterations}
+
+def seconds_an_iteration(program, measure):
+    call, iterations = program[:2]
+    start = time.perf_counter()
+    jax.block_until_ready(call(measure))
+    return (time.perf_counter() - start) / iterations
+
+
+def project_sides(opts, modules):
+    """{side: figures} for the script (and the script at --against), their calls timed in turn."""
+    programs = {side: project_program(opts, module) for side, module in modules.items()}
+    seconds = {side: [] for side in programs}
+    for i in range(opts.calls):
+        for side in list(programs)[i % len(programs):] + list(programs)[: i % len(programs)]:  # the first rotates
+            seconds[side].append(seconds_an_iteration(programs[side], programs[side][2]))
+    report = {}
+    for side, program in programs.items():
+        with_dynamics = [seconds_an_iteration(program, program[3]) for _ in range(2)]
+        report[side] = {"fuse_iterations": program[1], "iteration_s": statistics.median(seconds[side]),
+                        "calls_s": seconds[side], "measured_call_s_per_iteration": with_dynamics,
+                        "profile": profiled(program[0], side, opts), "profiled_iterations": program[1]}
+    return report
 
 
 def reference_side(opts):
+    """PureJaxRL's seconds an iteration: the median over --repeats of (run of 2 + --calls iterations - run of 2) /
+    --calls, the two compiled ahead and run in turn."""
     bench = BENCHES["ppo_minatar_jax"]
     directory = Path(tempfile.mkdtemp(prefix="profile_jax_reference_"))
     prepare_reference(bench, opts.reference.resolve(), directory)
@@ -118,17 +138,25 @@ def reference_side(opts):
     batch = opts.num_envs * opts.num_steps
     config.update(ENV_NAME=opts.env_id, NUM_ENVS=opts.num_envs, NUM_STEPS=opts.num_steps, NUM_MINIBATCHES=8,
                   UPDATE_EPOCHS=4, DEBUG=False)
-    timed = {}
+    trains = {}
     for iterations in (2, 2 + opts.calls):
-        train = jax.jit(ppo.make_train(dict(config, TOTAL_TIMESTEPS=batch * iterations))).lower(jax.random.PRNGKey(1)).compile()
-        jax.block_until_ready(train(jax.random.PRNGKey(1)))
-        start = time.perf_counter()
-        jax.block_until_ready(train(jax.random.PRNGKey(2)))
-        timed[iterations] = (time.perf_counter() - start, train)
-    short, long = timed[2], timed[2 + opts.calls]
+        trains[iterations] = jax.jit(ppo.make_train(dict(config, TOTAL_TIMESTEPS=batch * iterations))).lower(
+            jax.random.PRNGKey(1)).compile()
+        jax.block_until_ready(trains[iterations](jax.random.PRNGKey(1)))
+    differences = []
+    for repeat in range(opts.repeats):
+        seconds = {}
+        for iterations in sorted(trains, reverse=bool(repeat % 2)):
+            start = time.perf_counter()
+            jax.block_until_ready(trains[iterations](jax.random.PRNGKey(2 + repeat)))
+            seconds[iterations] = time.perf_counter() - start
+        differences.append((seconds[2 + opts.calls] - seconds[2]) / opts.calls)
     shutil.rmtree(directory, ignore_errors=True)
-    return {"iteration_s": (long[0] - short[0]) / opts.calls, "profiled_iterations": 2,
-            "profile": profiled(lambda: short[1](jax.random.PRNGKey(3)), "reference", opts)}
+    if statistics.median(differences) <= 0:
+        raise SystemExit(f"profile_jax.py: PureJaxRL's {opts.calls} extra iterations took no time ({differences}); "
+                         "raise --calls")
+    return {"iteration_s": statistics.median(differences), "differences_s": differences, "profiled_iterations": 2,
+            "profile": profiled(lambda: trains[2](jax.random.PRNGKey(3)), "reference", opts)}
 
 
 def main():
@@ -138,16 +166,18 @@ def main():
     parser.add_argument("--num-envs", type=int, default=4096)
     parser.add_argument("--num-steps", type=int, default=16)
     parser.add_argument("--calls", type=int, default=5, help="timed calls (the reference: extra iterations)")
+    parser.add_argument("--repeats", type=int, default=3, help="the reference's timed pairs of runs")
     parser.add_argument("--top", type=int, default=15, help="kernels listed per side")
     parser.add_argument("--against", metavar="REV", help="also time the script as it was at this git revision")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args()
-    if opts.num_envs < 8 or opts.num_steps < 1 or opts.calls < 1:
-        raise SystemExit("profile_jax.py: error: --num-envs >= 8, --num-steps >= 1 and --calls >= 1 required")
+    if opts.num_envs < 8 or opts.num_steps < 1 or opts.calls < 1 or opts.repeats < 1:
+        raise SystemExit("profile_jax.py: error: --num-envs >= 8, --num-steps >= 1, --calls >= 1 and --repeats >= 1 required")
     report = {"machine": jax_machine(), "options": {k: str(v) for k, v in vars(opts).items()}}
-    report["project"] = project_side(opts, load_script("ppo_ewma_jax"))
+    modules = {"project": load_script("ppo_ewma_jax")}
     if opts.against:
-        report["against"] = project_side(opts, load_at(opts.against))
+        modules["against"] = load_at(opts.against)
+    report.update(project_sides(opts, modules))
     if opts.reference:
         report["reference"] = reference_side(opts)
     batch = opts.num_envs * opts.num_steps

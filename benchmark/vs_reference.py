@@ -187,8 +187,8 @@ def timed_run(argv, workdir, copy_from, cache=None):
     shutil.copytree(copy_from, workdir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled")
-    if cache:
-        env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    if cache:  # the project's script caches what compiles in 0.5 s or more: so does the reference here
+        env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
     start = time.perf_counter()
     result = subprocess.run([sys.executable, *argv], cwd=workdir, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
@@ -240,8 +240,8 @@ def parse(argv=None):
     if opts.total_timesteps % batch:
         fail(f"--total-timesteps must be a multiple of num_envs x num_steps = {batch} (both scripts then "
                      f"train exactly that many steps), got {opts.total_timesteps}")
-    if batch % 4:
-        fail(f"num_envs x num_steps = {batch} must split into the 4 minibatches both scripts use")
+    if batch % bench.num_minibatches:
+        fail(f"num_envs x num_steps = {batch} must split into the {bench.num_minibatches} minibatches both scripts use")
     if opts.total_timesteps * (3 if opts.steady else 1) >= 2**31:
         fail(f"--total-timesteps{' x 3 (--steady)' if opts.steady else ''} must be below 2**31, got {opts.total_timesteps}")
     for needed in [bench.reference] + (["purejaxrl/wrappers.py"] if bench.reference.startswith("purejaxrl/") else []):
@@ -291,7 +291,7 @@ def main(argv=None):
         argvs = {}  # (side, budget) -> argv
         for budget in budgets:
             reference_argv, project_argv = commands(bench, opts, reference_file, budget)
-            # a revision from before --compile-cache compiles cold anyway (and would refuse the flag)
+            # a revision from before --compile-cache would refuse the flag (JAX itself keeps it cold, or uses --steady's cache)
             knows = opts.against and "compile_cache" in Path(root / "against" / f"{bench.project}.py").read_text()
             argvs.update({("reference", budget): reference_argv, ("project", budget): project_argv,
                           ("against", budget): [flag for flag in project_argv if knows or flag != "--no-compile-cache"]})
@@ -341,6 +341,8 @@ def main(argv=None):
                     line += f" (steady x{pair['against_steady_ratio']:.3f})"
             pairs.append(pair)
             print(line, flush=True)
+            if opts.json:  # after every pair: a run cut short keeps what it measured
+                opts.json.write_text(json.dumps({**report, "pairs": pairs}, indent=2))
         report["pairs"] = pairs
         for key, what in (("ratio", "reference s / project s"), ("steady_ratio", "project steady steps/s / reference's"),
                           ("against_ratio", f"project at {opts.against} s / project s"),

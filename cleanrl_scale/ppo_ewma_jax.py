@@ -394,12 +394,7 @@ def resolve_args(args):
                       "(the states are saved at measured iterations)")
     if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
         args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
-    if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
-        evals = args.eval_every if args.env_id == "locomotion" else 0
-        intervals = [every for every in (evals, args.save_every) if every]
-        target = FUSE_TRANSITIONS["cpu" if jax.default_backend() == "cpu" else "accelerator"]
-        args.fuse_iterations = min([max(1, target // (args.batch_size * args.num_seeds))] + intervals)
-    args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)
+    args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)  # 0 (by the device): resolve_fuse_iterations
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             raise BadFlag(f"--resume {args.resume}: no such file")
@@ -1065,8 +1060,20 @@ def restore_checkpoint(path, target):
             meta.get("train_seconds", 0.0))
 
 
+def resolve_fuse_iterations(args):
+    """--fuse-iterations 0: its value on the device this process trains on (the backend starts here, not while the
+    flags are checked: a launcher that checks them on a GPU machine takes no GPU)."""
+    if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
+        evals = args.eval_every if args.env_id == "locomotion" else 0
+        intervals = [every for every in (evals, args.save_every) if every]
+        target = FUSE_TRANSITIONS["cpu" if jax.default_backend() == "cpu" else "accelerator"]
+        args.fuse_iterations = min([max(1, target // (args.batch_size * args.num_seeds)), args.num_iterations] + intervals)
+    return args
+
+
 def use_compile_cache(args):
-    """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory."""
+    """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
+    anything compiles (checking the flags builds some envs): JAX settles the cache at its first compilation."""
     if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
         jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
         return
@@ -1076,7 +1083,7 @@ def use_compile_cache(args):
 
 
 def main(args):
-    use_compile_cache(args)
+    resolve_fuse_iterations(args)
     env = make_env(args)
     init, update, evaluate, schedule = make_train(args, env)
     # --num-seeds: each seed's keys as a lone run makes them; every array below has a leading seed axis
@@ -1242,6 +1249,7 @@ def main(args):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    use_compile_cache(args)
     try:
         resolve_args(args)
         main(args)

@@ -3,6 +3,9 @@ CartPole learning in both modes, locomotion end to end, exact resume from a chec
 metrics against the torch scripts' on the same inputs."""
 import json
 import resource
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +17,7 @@ from benchmark.analyze import read_coverage
 from conftest import assert_bad_input, assert_coverage, load_script, read_run, read_values, run_copy, run_dirs, shared_runs
 
 SCRIPT = "ppo_ewma_jax"
+ROOT = Path(__file__).resolve().parents[1]
 # a tiny locomotion config: size s, few morphologies, envs and steps; 4 iterations, checkpoints at 2 and 4
 TINY_LOCOMOTION = ["--env-size", "s", "--num-morphologies", "8", "--num-envs", "8", "--num-steps", "16",
                    "--num-minibatches", "2", "--update-epochs", "2", "--total-timesteps", "512"]
@@ -252,7 +256,19 @@ def test_scaling_recipes_from_this_scripts_base_of_2048_envs_and_32_minibatches(
     (dict(env_id="CartPole-v1", num_envs=4, num_steps=128, total_timesteps=5 * 512), 5),  # at most the whole run
 ])
 def test_default_fuse_iterations(ewma, flags, expected):
-    assert ewma.resolve_args(ewma.Args(**flags)).fuse_iterations == expected
+    assert ewma.resolve_args(ewma.Args(**flags)).fuse_iterations == 0  # the device decides, in main
+    assert ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.Args(**flags))).fuse_iterations == expected
+
+
+def test_checking_the_flags_starts_no_device_backend():
+    """resolve_args runs in the launcher's process for every run of a grid: on a GPU machine a started backend would
+    hold the GPUs (and, by JAX's default, most of their memory) while the runs need them."""
+    code = ("import sys; sys.argv = ['x']; import jax._src.xla_bridge as xb; from benchmark.common import load_script; "
+            "m = load_script('ppo_ewma_jax'); [m.resolve_args(m.Args(**f)) for f in "
+            "({}, {'env_id': 'CartPole-v1', 'num_envs': 4, 'num_steps': 128})]; print('backends', sorted(xb._backends))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "backends []" in result.stdout, result.stdout
 
 
 def first_update_metrics(ewma, measure=False, **flags):
@@ -542,13 +558,14 @@ def test_a_checkpoint_of_several_seeds_resumes_exactly_and_only_with_them(seed_r
 
 def test_the_compile_cache_is_on_unless_turned_off(tmp_path):
     """Compiled programs go to $JAX_COMPILATION_CACHE_DIR (else ~/.cache/cleanrl-scale/jax); --no-compile-cache and
-    JAX_ENABLE_COMPILATION_CACHE=false keep it empty."""
-    flags = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
-             "--update-epochs", "1", "--total-timesteps", "64", "--hidden-size", "16"]
-    for name, extra, env in (("on", [], {}), ("flag", ["--no-compile-cache"], {}),
-                             ("variable", [], {"JAX_ENABLE_COMPILATION_CACHE": "false"})):
+    JAX_ENABLE_COMPILATION_CACHE=false keep it empty, MinAtar too (its flag check builds the env: JAX compiles then)."""
+    flags = ["--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs", "1",
+             "--total-timesteps", "64", "--hidden-size", "16"]
+    for name, env_id, extra, env in (("on", "CartPole-v1", [], {}),
+                                     ("flag", "SpaceInvaders-MinAtar", ["--no-compile-cache"], {}),
+                                     ("variable", "SpaceInvaders-MinAtar", [], {"JAX_ENABLE_COMPILATION_CACHE": "false"})):
         cache = tmp_path / name / "cache"
-        result = run_copy(SCRIPT, flags + extra, tmp_path / name, timeout=900,
+        result = run_copy(SCRIPT, flags + extra + ["--env-id", env_id], tmp_path / name, timeout=900,
                           extra_env={"JAX_COMPILATION_CACHE_DIR": str(cache), **env})
         assert result.returncode == 0, result.stderr[-3000:]
         assert (cache.exists() and any(cache.iterdir())) == (name == "on"), name

@@ -99,6 +99,8 @@ def test_purejaxrl_driver_passes_the_sizes_and_drops_brax(tmp_path):
     (["--num-envs", "0"], "--num-envs must be at least 1"),
     (["--num-steps", "-4"], "--num-steps must be at least 1"),
     (["--num-envs", "1", "--num-steps", "2", "--total-timesteps", "2"], "must split into the 4 minibatches"),
+    (["--bench", "ppo_minatar_jax", "--num-envs", "6", "--num-steps", "2", "--total-timesteps", "12"],
+     "must split into the 8 minibatches"),
     (["--num-envs", "8", "--num-steps", "128", "--total-timesteps", str(2**31)], "--total-timesteps must be below"),
     (["--reference", "/nonexistent"], "has no cleanrl/ppo_atari_envpool.py"),
     (["--env-id", "Breakout-v6"], "--env-id Breakout-v6 is not an environment of the --bench ppo_atari scripts"),
