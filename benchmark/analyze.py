@@ -12,7 +12,7 @@ kept apart: each is its own config.
 
 - `scores.csv`: per run (and sub-run) its config, env, seed, final score (the mean of --tag over the
   last --final-fraction of its steps; human-normalised for Atari games with the standard random and
-  human scores, SPEC.md), best score (the highest logged value) and median DDR;
+  human scores of the DQN / Agent57 tables, ATARI_REFERENCE below), best score (the highest logged value) and median DDR;
 - `aggregate.csv`: per config (the flags that tell the grid's runs apart), over what exists:
   `--statistic iqm` (the default for several envs): rliable's IQM, mean, median and optimality gap
   with 95% stratified bootstrap CIs (the data-collection paper's Atari aggregates); `--statistic

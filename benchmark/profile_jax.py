@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from common import jax_machine, load_script, script_at
-from vs_reference import BENCHES, PUREJAXRL_DRIVER, prepare_reference
+from vs_reference import BENCHES, PUREJAXRL_CONFIG, prepare_reference
 
 
 def kernel_totals(trace_dir):
@@ -133,8 +133,7 @@ def reference_side(opts):
     sys.path.insert(0, str(directory))
     import ppo  # PureJaxRL's, from the checkout
 
-    config = json.loads(PUREJAXRL_DRIVER.split("config = ", 1)[1].split("\nconfig.update", 1)[0].replace("True", "true")
-                        .replace("False", "false"))
+    config = dict(PUREJAXRL_CONFIG)
     batch = opts.num_envs * opts.num_steps
     config.update(ENV_NAME=opts.env_id, NUM_ENVS=opts.num_envs, NUM_STEPS=opts.num_steps, NUM_MINIBATCHES=8,
                   UPDATE_EPOCHS=4, DEBUG=False)

@@ -72,6 +72,11 @@ PUREJAXRL_WRAPPER_EDITS = [("from brax import envs\n", "", True),
                            ("from brax.envs.wrappers.training import EpisodeWrapper, AutoResetWrapper\n", "", True),
                            ("import navix as nx\n", "", True)]
 
+# PureJaxRL ppo.py's __main__ config, DEBUG off
+PUREJAXRL_CONFIG = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 5e5, "UPDATE_EPOCHS": 4,
+                    "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01,
+                    "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1",
+                    "ANNEAL_LR": True, "DEBUG": False}
 PUREJAXRL_DRIVER = '''"""vs_reference.py's driver for PureJaxRL's ppo.py: its __main__ config, sizes from argv, DEBUG off."""
 import json
 import sys
@@ -80,9 +85,7 @@ import jax
 
 import ppo
 
-config = {"LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 5e5, "UPDATE_EPOCHS": 4,
-          "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01, "VF_COEF": 0.5,
-          "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1", "ANNEAL_LR": True, "DEBUG": False}
+config = __CONFIG__
 config.update(json.loads(sys.argv[1]))
 out = jax.jit(ppo.make_train(config))(jax.random.PRNGKey(int(sys.argv[2])))
 jax.block_until_ready(out)
@@ -156,7 +159,7 @@ def prepare_reference(bench, reference, directory):
         shutil.copy(source, directory / "ppo.py")
         wrappers = source.parent / "wrappers.py"
         (directory / "wrappers.py").write_text(apply_edits(wrappers.read_text(), PUREJAXRL_WRAPPER_EDITS, wrappers))
-        (directory / "vs_reference_driver.py").write_text(PUREJAXRL_DRIVER)
+        (directory / "vs_reference_driver.py").write_text(PUREJAXRL_DRIVER.replace("__CONFIG__", repr(PUREJAXRL_CONFIG)))
         return "vs_reference_driver.py"
     (directory / source.name).write_text(apply_edits(source.read_text(), bench.edits, source))
     return source.name

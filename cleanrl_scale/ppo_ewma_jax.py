@@ -92,7 +92,7 @@ class Args:
     env_id: str = "locomotion"
     """`locomotion` (Kinetix's procedural locomotion morphologies), a discrete-action gymnax id such as CartPole-v1, or
     a Brax environment (continuous actions): ant, humanoid, halfcheetah, hopper, walker2d, ..."""
-    env_size: str = "m"  # the paper does not name one; m is the size SPEC.md's locomotion figures were measured at
+    env_size: str = "m"  # the paper does not name one; m (Kinetix's medium size) is this project's choice
     """Kinetix static size of the locomotion levels: s, m or l"""
     num_morphologies: int = 512
     """number of locomotion levels, sampled once from --seed; each episode starts on one of them at random"""
@@ -654,7 +654,7 @@ def policy_fns(env):
 
 
 # ---------------------------------------------------------------------------------------------
-# Learning-dynamics metrics, data-collection paper App. B (formulas restored in SPEC.md); the same definitions as
+# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6); the same definitions as
 # the torch scripts' (ppo_atari_envpool.py), in float32 inside the jitted update
 # ---------------------------------------------------------------------------------------------
 def feature_rank(features, threshold=0.99):

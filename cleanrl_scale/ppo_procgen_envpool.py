@@ -354,7 +354,7 @@ def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda
     return advantages, advantages + values
 
 
-# Learning-dynamics metrics, data-collection paper App. B (formulas restored in SPEC.md)
+# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6)
 def feature_rank(features, threshold=0.99):
     """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
     sv = torch.linalg.svdvals(features - features.mean(dim=0, keepdim=True))

@@ -410,7 +410,7 @@ def two_head_gae(args, rewards, curiosity_rewards, ext_values, int_values, dones
     return ext_advantages, ext_returns, int_advantages, int_returns
 
 
-# Learning-dynamics metrics, data-collection paper App. B (formulas restored in SPEC.md)
+# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6)
 def feature_rank(features, threshold=0.99):
     """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
     sv = torch.linalg.svdvals(features - features.mean(dim=0, keepdim=True))

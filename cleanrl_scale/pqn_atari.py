@@ -305,7 +305,7 @@ def linear_schedule(start_e: float, end_e: float, duration: float, t: int):
 
 
 def q_lambda_returns(rewards, dones, next_max_q, gamma, q_lambda):
-    """Q(lambda) targets, backwards over a rollout of shape (num_steps, num_envs) (PQN; SPEC.md):
+    """Q(lambda) targets, backwards over a rollout of shape (num_steps, num_envs) (PQN, Gallici et al., 2024):
 
     G_t = r_t + gamma (1 - done_t) [(1 - lambda) max_a Q(s_{t+1}, a) + lambda G_{t+1}], with G_T = max_a Q(s_T, a).
     dones[t] = the episode ended with transition t; next_max_q[t] = max_a Q(s_{t+1}, a).
@@ -318,7 +318,7 @@ def q_lambda_returns(rewards, dones, next_max_q, gamma, q_lambda):
     return returns
 
 
-# Learning-dynamics metrics, data-collection paper App. B (formulas restored in SPEC.md)
+# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6)
 def feature_rank(features, threshold=0.99):
     """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
     sv = torch.linalg.svdvals(features - features.mean(dim=0, keepdim=True))
