@@ -40,9 +40,10 @@ part() {  # part NAME LIMIT COMMAND...: run one command, its output to OUT_DIR/N
 for p in ${PARTS:-device minatar locomotion sfl smoke}; do
   case $p in
     device)
-      for envs in 4096 65536 524288; do
-        part "device_$envs" "${LIMIT_S:-120}" "$PY" profile_jax.py --reference "${REFERENCE:?REFERENCE: a PureJaxRL checkout}" \
-          --num-envs "$envs" --calls 5 --json "$OUT_DIR/device_$envs.json"
+      variants=(); for v in ${VARIANTS:-}; do variants+=(--variant "$v"); done
+      for envs in ${DEVICE_ENVS:-4096 65536 524288}; do
+        part "device_$envs" "${LIMIT_S:-150}" "$PY" profile_jax.py --reference "${REFERENCE:?REFERENCE: a PureJaxRL checkout}" \
+          --num-envs "$envs" --calls 10 "${variants[@]}" --json "$OUT_DIR/device_$envs.json"
       done ;;
     minatar)
       # 320 iterations: ~2.5 s of PureJaxRL's training, ~7.5 s at 3 x (1-3 s budgets were within the processes' spread)

@@ -17,6 +17,7 @@ side, with their share of the side's device time. Host loop, logging and compila
 then their calls timed in turn, the first of each round rotating).
 """
 import argparse
+import ast
 import glob
 import gzip
 import importlib.util
@@ -75,12 +76,12 @@ def load_at(revision):
     return module
 
 
-def project_program(opts, ewma):
+def project_program(opts, ewma, overrides):
     """(call(measure) -> metrics, iterations a call, the no-dynamics and the dynamics masks) of the script's jitted
-    call at these sizes, compiled and run once."""
+    call at these sizes (and these flags of --variant), compiled and run once."""
     flags = dict(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=8,
                  update_epochs=4, learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
-                 hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000)
+                 hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000, **overrides)
     args = ewma.resolve_args(ewma.Args(**{k: v for k, v in flags.items() if k in ewma.Args.__dataclass_fields__}))
     if hasattr(ewma, "resolve_fuse_iterations"):  # earlier revisions resolve it with the other flags
         ewma.resolve_fuse_iterations(args)
@@ -109,8 +110,8 @@ def seconds_an_iteration(program, measure):
 
 
 def project_sides(opts, modules):
-    """{side: figures} for the script (and the script at --against), their calls timed in turn."""
-    programs = {side: project_program(opts, module) for side, module in modules.items()}
+    """{side: figures} for the script (at --against, with each --variant), their calls timed in turn."""
+    programs = {side: project_program(opts, module, overrides) for side, (module, overrides) in modules.items()}
     seconds = {side: [] for side in programs}
     for i in range(opts.calls):
         for side in list(programs)[i % len(programs):] + list(programs)[: i % len(programs)]:  # the first rotates
@@ -158,6 +159,14 @@ def reference_side(opts):
             "profile": profiled(lambda: trains[2](jax.random.PRNGKey(3)), "reference", opts)}
 
 
+def variant(text):
+    """--variant flag=value: a flag of ppo_ewma_jax.py's Args (underscores) and its value, parsed as Python."""
+    name, _, value = text.partition("=")
+    if not name or not value:
+        raise argparse.ArgumentTypeError(f"--variant {text!r}: expected flag=value, e.g. unroll=16")
+    return name.replace("-", "_"), ast.literal_eval(value)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", type=Path, help="a PureJaxRL checkout (its purejaxrl/ppo.py and wrappers.py)")
@@ -168,19 +177,27 @@ def main():
     parser.add_argument("--repeats", type=int, default=3, help="the reference's timed pairs of runs")
     parser.add_argument("--top", type=int, default=15, help="kernels listed per side")
     parser.add_argument("--against", metavar="REV", help="also time the script as it was at this git revision")
+    parser.add_argument("--variant", type=variant, action="append", default=[], metavar="FLAG=VALUE",
+                        help="also time the script with this flag (repeatable: one program each), e.g. unroll=16")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args()
     if opts.num_envs < 8 or opts.num_steps < 1 or opts.calls < 1 or opts.repeats < 1:
         raise SystemExit("profile_jax.py: error: --num-envs >= 8, --num-steps >= 1, --calls >= 1 and --repeats >= 1 required")
     report = {"machine": jax_machine(), "options": {k: str(v) for k, v in vars(opts).items()}}
-    modules = {"project": load_script("ppo_ewma_jax")}
+    project = load_script("ppo_ewma_jax")
+    unknown = [name for name, _ in opts.variant if name not in project.Args.__dataclass_fields__]
+    if unknown:
+        raise SystemExit(f"profile_jax.py: error: --variant {unknown[0]}: not a flag of ppo_ewma_jax.py")
+    modules = {"project": (project, {})}
     if opts.against:
-        modules["against"] = load_at(opts.against)
+        modules["against"] = (load_at(opts.against), {})
+    for name, value in opts.variant:
+        modules[f"{name}={value}"] = (project, {name: value})
     report.update(project_sides(opts, modules))
     if opts.reference:
         report["reference"] = reference_side(opts)
     batch = opts.num_envs * opts.num_steps
-    for side in ("project", "against", "reference"):
+    for side in ["project", "against", *(f"{n}={v}" for n, v in opts.variant), "reference"]:
         if side in report:
             r = report[side]
             profile = r["profile"]
@@ -192,6 +209,9 @@ def main():
     if "against" in report:
         print(f"ratio (project at {opts.against} s / project s an iteration): "
               f"x{report['against']['iteration_s'] / report['project']['iteration_s']:.3f}")
+    for name, value in opts.variant:
+        print(f"ratio (project s / project with {name}={value} s an iteration): "
+              f"x{report['project']['iteration_s'] / report[f'{name}={value}']['iteration_s']:.3f}")
     if "reference" in report:
         print(f"ratio (reference s / project s an iteration): x{report['reference']['iteration_s'] / report['project']['iteration_s']:.3f}; "
               f"{report['machine']}")

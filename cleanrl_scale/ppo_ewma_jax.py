@@ -73,6 +73,8 @@ SUITE_DEFAULTS = {
 # fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute: on a 2-core CPU
 # 32,768 transitions take ~0.5-1 s; a GPU trains them in a few milliseconds and needs ~64 times more per call.
 FUSE_TRANSITIONS = {"cpu": 32_768, "accelerator": 2_097_152}
+UNROLL = {"cpu": 1, "accelerator": 4}  # --unroll 0 by the device (benchmark/profile_jax.py --variant unroll=K measures it)
+KL_CHUNK = 262_144  # states a forward pass of the KL after the update takes at most (its activations' memory)
 
 
 @dataclass
@@ -190,6 +192,11 @@ class Args:
     """iterations per jitted call (a lax.scan over iterations, metrics stacked and fetched once after the call); 0 = as
     many as fill 32,768 transitions of all seeds on a CPU, 2,097,152 on a GPU or TPU (at least 1), at most --eval-every
     (locomotion) and --save-every; a call also ends at each evaluation and checkpoint"""
+    unroll: int = 0
+    """steps of the rollout, GAE and minibatch scans unrolled into straight-line code (lax.scan's `unroll`; the same
+    computation, float rounding aside): fewer loop trips, which cost a GPU most at small batches, against a longer
+    compilation; 0 = 4 on a GPU or TPU while a call holds several iterations (a batch below 2,097,152 transitions),
+    else 1"""
     compile_cache: bool = True
     """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
     a rerun with the same shapes skips compilation (--no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false: off)"""
@@ -305,7 +312,8 @@ def resolve_args(args):
                  "dynamics_batch", "num_seeds"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every", "fuse_iterations", "coverage_every"):
+    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every", "fuse_iterations", "coverage_every",
+                 "unroll"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for field in fields(args):  # inf and nan break every rule below without failing a comparison
@@ -752,7 +760,7 @@ def decoupled_policy_loss(newlogprob, prox_logprob, behav_logprob, advantages, c
     return loss, clipfrac, imp_samp_clipfrac
 
 
-def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
+def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda, unroll=1):
     """GAE(lambda) over (num_steps, num_envs); dones[t] = the episode ended with transition t."""
 
     def body(carry, x):
@@ -762,7 +770,8 @@ def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
         gae = delta + gamma * gae_lambda * (1.0 - done) * gae
         return (gae, value), gae
 
-    _, advantages = jax.lax.scan(body, (jnp.zeros_like(last_value), last_value), (rewards, values, dones), reverse=True)
+    _, advantages = jax.lax.scan(body, (jnp.zeros_like(last_value), last_value), (rewards, values, dones), reverse=True,
+                                 unroll=unroll)
     return advantages, advantages + values
 
 
@@ -813,6 +822,8 @@ def make_train(args, env):
 
     def value_fn(critic_params, obs):
         return critic.apply(critic_params, obs)[..., 0]
+
+    levelled = args.env_id == "locomotion"  # the other envs have no levels: their ids are never drawn
 
     def random_level_ids(rng):
         return jax.random.randint(rng, (args.num_envs,), 0, args.num_morphologies)
@@ -896,17 +907,18 @@ def make_train(args, env):
             )
             episode_return = runner.episode_return + score
             episode_length = runner.episode_length + 1
-            # an env whose episode ended has just been reset onto runner.level_ids: draw its next one
-            level_ids = jnp.where(done, random_level_ids(k_ids), runner.level_ids)
+            # an env whose episode ended has just been reset onto runner.level_ids: draw its next one (locomotion)
+            level_ids = jnp.where(done, random_level_ids(k_ids), runner.level_ids) if levelled else runner.level_ids
             stats = (done, episode_return * done, episode_length * done, solved)
             transition = Transition(runner.obs, action, pi.log_prob(dist, action), dist, value, reward, done.astype(jnp.float32))
             runner = runner._replace(env_state=env_state, obs=obs, level_ids=level_ids, rng=rng,
                                      episode_return=episode_return * (1 - done), episode_length=episode_length * (1 - done))
             return runner, (transition, stats)
 
-        runner, (traj, stats) = jax.lax.scan(env_step, runner, None, args.num_steps)
+        runner, (traj, stats) = jax.lax.scan(env_step, runner, None, args.num_steps, unroll=args.unroll)
         last_value = value_fn(runner.params["critic"], runner.obs)
-        advantages, targets = compute_gae(traj.reward, traj.value, traj.done, last_value, args.gamma, args.gae_lambda)
+        advantages, targets = compute_gae(traj.reward, traj.value, traj.done, last_value, args.gamma, args.gae_lambda,
+                                          args.unroll)
 
         def update_minibatch(carry, minibatch):
             params, opt_state, prox_params, ewma_weight = carry
@@ -928,7 +940,7 @@ def make_train(args, env):
             permutation = jax.random.permutation(rng, args.batch_size)
             minibatch_rows = permutation.reshape(args.num_minibatches, args.minibatch_size)
             return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], batch)),
-                                carry, minibatch_rows)
+                                carry, minibatch_rows, unroll=args.unroll)
 
         rng, k_epochs = jax.random.split(runner.rng)
         epoch_keys = jax.random.split(k_epochs, args.update_epochs)
@@ -943,16 +955,19 @@ def make_train(args, env):
         runner = runner._replace(params=params, opt_state=opt_state, prox_params=prox_params, ewma_weight=ewma_weight, rng=rng)
 
         # KL(behaviour || updated policy) on the whole batch after the last epoch, exact (categoricals, Gaussians);
-        # DDR = transitions per iteration / that KL (stagnation §4.4). In minibatch-sized chunks.
+        # DDR = transitions per iteration / that KL (stagnation §4.4). In chunks of at most KL_CHUNK states (a chunk a
+        # minibatch or more: one forward pass for a small batch, where each extra pass costs kernel launches).
         def batch_kls(chunk):
             obs, behav_dist = chunk
             new_dist = policy(params["actor"], obs)
             prox_kl = pi.kl(policy(prox_params, obs), new_dist).sum() if ewma else 0.0
             return pi.kl(behav_dist, new_dist).sum(), prox_kl
 
-        chunks = jax.tree.map(lambda x: x.reshape((args.num_minibatches, args.minibatch_size) + x.shape[2:]),
+        num_chunks = next(c for c in range(1, args.num_minibatches + 1)
+                          if args.num_minibatches % c == 0 and (args.batch_size // c <= KL_CHUNK or c == args.num_minibatches))
+        chunks = jax.tree.map(lambda x: x.reshape((num_chunks, args.batch_size // num_chunks) + x.shape[2:]),
                               (traj.obs, traj.behav_dist))
-        kl_sums, prox_kl_sums = jax.lax.map(batch_kls, chunks)
+        kl_sums, prox_kl_sums = jax.lax.map(batch_kls, chunks)  # (a scan unrolled here crashed XLA:GPU at 524,288 envs)
         pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac, grad_norm = jax.tree.map(jnp.mean, losses)
         diff = jax.tree.map(lambda a, b: a - b, params, start_params)
         done, ret_sum, len_sum, solved = jax.tree.map(jnp.sum, stats)
@@ -1060,13 +1075,18 @@ def restore_checkpoint(path, target):
             meta.get("train_seconds", 0.0))
 
 
-def resolve_fuse_iterations(args):
-    """--fuse-iterations 0: its value on the device this process trains on (the backend starts here, not while the
-    flags are checked: a launcher that checks them on a GPU machine takes no GPU)."""
+def resolve_fuse_iterations(args, device=None):
+    """--fuse-iterations 0 and --unroll 0: their values on `device` ("cpu" or "accelerator"; None: the one this process
+    trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU
+    machine takes no GPU)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    if args.unroll == 0:  # only where a call holds several iterations: there the loop trips cost (on an H200, XLA
+        # failed to compile the update at 8M-transition batches with its scans unrolled: README)
+        args.unroll = UNROLL[device] if args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device] else 1
     if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
         evals = args.eval_every if args.env_id == "locomotion" else 0
         intervals = [every for every in (evals, args.save_every) if every]
-        target = FUSE_TRANSITIONS["cpu" if jax.default_backend() == "cpu" else "accelerator"]
+        target = FUSE_TRANSITIONS[device]
         args.fuse_iterations = min([max(1, target // (args.batch_size * args.num_seeds)), args.num_iterations] + intervals)
     return args
 

@@ -33,3 +33,18 @@ def test_a_trace_is_summed_by_event_name(tmp_path):
     totals = profile_jax.kernel_totals(tmp_path)
     assert totals and all(us >= 0 for us in totals.values()) and sum(totals.values()) > 0
     assert any("block_until_ready" in name or "Execute" in name for name in totals)  # the host's events on a CPU
+
+
+def test_a_variant_is_a_flag_and_a_python_value():
+    assert profile_jax.variant("unroll=4") == ("unroll", 4)
+    assert profile_jax.variant("fuse-iterations=2") == ("fuse_iterations", 2)
+    assert profile_jax.variant("ewma_com=None") == ("ewma_com", None)
+    for bad in ("unroll", "=4", "unroll="):
+        with pytest.raises(Exception, match="expected flag=value"):
+            profile_jax.variant(bad)
+
+
+def test_a_variant_that_is_no_flag_stops_before_any_run():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "profile_jax.py"), "--variant", "unrol=4"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "--variant unrol: not a flag of ppo_ewma_jax.py" in result.stderr

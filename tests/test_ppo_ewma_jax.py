@@ -260,6 +260,31 @@ def test_default_fuse_iterations(ewma, flags, expected):
     assert ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.Args(**flags))).fuse_iterations == expected
 
 
+@pytest.mark.parametrize("flags, device, expected", [
+    (dict(num_envs=4096, num_steps=16), "cpu", 1),
+    (dict(num_envs=4096, num_steps=16), "accelerator", 4),  # 65,536 transitions: 32 iterations a call
+    (dict(num_envs=65536, num_steps=16), "accelerator", 4),  # 1,048,576: 2 a call
+    (dict(num_envs=131072, num_steps=16), "accelerator", 1),  # 2,097,152: one iteration a call
+    (dict(num_envs=524288, num_steps=16), "accelerator", 1),  # where XLA:GPU failed to compile it unrolled
+    (dict(num_envs=32768, num_steps=16, num_seeds=4), "accelerator", 1),  # every seed's transitions count
+    (dict(num_envs=524288, num_steps=16, unroll=2), "accelerator", 2),  # given: kept
+])
+def test_default_unroll(ewma, flags, device, expected):
+    args = ewma.resolve_args(ewma.Args(**flags))
+    assert args.unroll == flags.get("unroll", 0)  # 0: the device decides, in main
+    assert ewma.resolve_fuse_iterations(args, device).unroll == expected
+
+
+def test_an_unrolled_update_is_the_same_computation(ewma):
+    """--unroll K: the rollout, GAE and minibatch scans unrolled give the metrics of the rolled ones (float rounding
+    aside), at an unroll that divides none of the loops' lengths too."""
+    rolled = first_update_metrics(ewma, measure=True, unroll=1)
+    for unroll in (3,):
+        unrolled = first_update_metrics(ewma, measure=True, unroll=unroll)
+        for tag, value in rolled.items():
+            assert unrolled[tag] == pytest.approx(value, rel=1e-4, abs=1e-6), (unroll, tag)
+
+
 def test_checking_the_flags_starts_no_device_backend():
     """resolve_args runs in the launcher's process for every run of a grid: on a GPU machine a started backend would
     hold the GPUs (and, by JAX's default, most of their memory) while the runs need them."""
