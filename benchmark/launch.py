@@ -21,6 +21,10 @@ under `runs/` and `done.json` or `failed.json`; `<out-dir>/runs/<run>` links to 
 store, so a run that belongs to several figures runs once. Membership is recorded before anything
 runs, so the analysis can list what is missing.
 
+Seeds packed. Runs of ppo_ewma_jax.py that differ only in consecutive seeds train in one process (--num-seeds, a
+vmap over seeds) while their batches are small (--seeds-per-process: 0 up to 8 within 262,144 transitions an
+iteration, K up to K, 1 never); each keeps its directory, TensorBoard run and status.
+
 Failures. A run holds a lock (`filelock`) while it runs: a second launcher skips it ("busy") and a
 finished run is skipped. A failed run is retried up to --retries times; exit status 2 (bad input) is
 never retried. A retry of a script that checkpoints (`--save-every`, `--resume`) resumes from the
@@ -65,6 +69,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import submitit
 import tyro
 from filelock import FileLock, Timeout
@@ -80,6 +85,7 @@ NON_IDENTITY = ("save_every", "track", "wandb_project_name", "wandb_entity", "di
                 "num_processes", "process_id", "coverage_samples", "coverage_every", "fuse_iterations", "unroll",
                 "compile_cache")
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
+PACK_SEEDS, PACK_TRANSITIONS = 8, 262_144  # --seeds-per-process 0: up to 8 seeds, up to 262,144 transitions an iteration
 BAD_INPUT, REQUEUE = 2, 75  # the scripts' exit status for bad flags; "preempted, checkpointed: requeue me"
 CHECKPOINT = re.compile(r"iter_(\d+)\.(npz|pt)")  # the scripts' checkpoint files, runs/<tb run>/checkpoints/iter_<N>.npz
 NAME_LIMIT = 150  # characters of the readable part of a run's name (file names stop at 255)
@@ -210,9 +216,9 @@ def expand(opts, grid):
     for flag, by in owned.items():
         if flag in grid:
             fail(f"{flag} after -- is set by the launcher's {by}; give it there only")
-    if opts.script == "ppo_ewma_jax" and "--num-seeds" in grid:  # one run directory holds one seed's run
-        fail("--num-seeds after --: the launcher runs one seed a process (its run store keeps one run a directory); "
-             "give the seeds with --seeds")
+    if "--num-seeds" in grid:  # one run directory holds one seed's run; --seeds-per-process packs them
+        fail("--num-seeds after --: give the seeds with --seeds (--seeds-per-process runs several in one process, each "
+             "in its own run directory)")
     if (opts.fixed_budget or opts.iterations) and "total_timesteps" not in fields and opts.script != "noisy_sgd":
         fail(f"--fixed-budget/--iterations: {opts.script}.py has no --total-timesteps")
     if opts.fixed_budget and "total_timesteps" not in fields:
@@ -281,6 +287,44 @@ def command_line(args, fields):
     return argv
 
 
+def packs(todo, opts):
+    """The processes that run `todo`: a run alone, or a pack of runs that differ only in their consecutive seeds, which
+    one process trains with --num-seeds (PureJaxRL's vmap over seeds; ppo_ewma_jax.py). A pack is its first run's
+    record with "pack": every member run. --seeds-per-process K packs up to K; 0: up to PACK_SEEDS while the pack's
+    transitions an iteration stay within PACK_TRANSITIONS (small batches, where a process's own cost dominates)."""
+    if "num_seeds" not in {f.name for f in dataclasses.fields(script_module(opts.script).Args)} or \
+            opts.seeds_per_process == 1 or opts.slurm_nodes * opts.slurm_tasks_per_node > 1:
+        return list(todo)
+    groups = {}
+    for run in todo:  # the same run but for its seed: the same resolved flags less the seed
+        key = json.dumps({k: v for k, v in run["resolved"].items() if k != "seed"}, sort_keys=True, default=str)
+        groups.setdefault(key, []).append(run)
+    jobs = []
+    for group in groups.values():
+        group.sort(key=lambda run: run["seed"])
+        size = opts.seeds_per_process or max(1, min(PACK_SEEDS, PACK_TRANSITIONS // run_batch(group[0])))
+        pack = []
+        for run in group:
+            if pack and (run["seed"] != pack[-1]["seed"] + 1 or len(pack) == size):
+                jobs.append(as_job(pack))
+                pack = []
+            pack.append(run)
+        jobs.append(as_job(pack))
+    return jobs
+
+
+def run_batch(run):
+    return run.get("batch_size") or 1
+
+
+def as_job(pack):
+    return pack[0] if len(pack) == 1 else {**pack[0], "pack": pack}
+
+
+def members(job):
+    return job.get("pack", [job])
+
+
 # ---------------------------------------------------------------------------------------------
 # The run store
 # ---------------------------------------------------------------------------------------------
@@ -342,29 +386,49 @@ class Attempt:
         self.process, self.stopped = None, False
 
     def __call__(self, run, store, env=None, cpus=None, task=None):
+        """The run's (or pack's) state; a pack some of whose runs another launcher finished meanwhile runs the rest
+        one by one and returns {name: state}."""
         if self.stopped:
             return "stopped"
-        d = Path(store) / run["name"]
-        lock = FileLock(d / ".lock")
+        dirs = [Path(store) / m["name"] for m in members(run)]
+        held = []
         try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            return "busy"
-        try:
-            if (d / "done.json").exists():  # another launcher finished it meanwhile
+            for d in dirs:  # every member's lock, or none
+                lock = FileLock(d / ".lock")
+                try:
+                    lock.acquire(timeout=0)
+                except Timeout:
+                    return "busy"
+                held.append(lock)
+            done = [(d / "done.json").exists() for d in dirs]
+            if all(done):  # another launcher finished it meanwhile
                 return "skipped"
-            return self.execute(run, d, env, cpus, task)
+            if any(done):
+                return {m["name"]: "skipped" if finished else self.execute(m, d, env, cpus)
+                        for m, d, finished in zip(members(run), dirs, done)}
+            return self.execute(run, dirs[0], env, cpus, task)
         finally:
-            lock.release()
+            for lock in held:
+                lock.release()
 
     def execute(self, run, d, env, cpus, task=None):
+        """One attempt, in the first member's directory; a pack trains its seeds with --num-seeds and each seed's
+        TensorBoard run is then moved to its own member's directory."""
+        pack = members(run)
+        dirs = [d.parent / m["name"] for m in pack]
         argv, checkpoint = resumed_argv(run, d)
-        argv += task_flags(task)
-        if checkpoint is None:  # start clean: no half-written logs of an earlier attempt remain
-            for stale in ("runs", "wandb"):
-                shutil.rmtree(d / stale, ignore_errors=True)
-        for old in ("failed.json", "preempted.json"):
-            (d / old).unlink(missing_ok=True)
+        if argv is None:  # a checkpoint of another pack of seeds: say so, and leave it where it is
+            print(checkpoint, flush=True)
+            for m in dirs:
+                write_json(m / "failed.json", {"returncode": BAD_INPUT, "seconds": 0, "log": None, "reason": checkpoint})
+            return "failed"
+        argv += task_flags(task) + (["--num-seeds", str(len(pack))] if len(pack) > 1 else [])
+        for m in dirs:
+            if checkpoint is None:  # start clean: no half-written logs of an earlier attempt remain
+                for stale in ("runs", "wandb"):
+                    shutil.rmtree(m / stale, ignore_errors=True)
+            for old in ("failed.json", "preempted.json"):
+                (m / old).unlink(missing_ok=True)
         rotate_log(d)
         shutil.copy(SCRIPTS / f"{run['script']}.py", d / f"{run['script']}.py")
         start = time.time()
@@ -379,11 +443,19 @@ class Attempt:
             returncode = self.process.wait()
         # preempted: it said so (75), or it was stopped by SIGTERM (ours, or the cluster's)
         state = "done" if returncode == 0 else "preempted" if returncode in (REQUEUE, -signal.SIGTERM) or self.stopped else "failed"
-        if state == "failed" and newest_checkpoint(d) is None:  # keep the log, drop what the run half-wrote
-            for partial in ("runs", "wandb"):
-                shutil.rmtree(d / partial, ignore_errors=True)
-        write_json(d / f"{state}.json", {"returncode": returncode, "seconds": round(time.time() - start, 1),
-                                         "log": str(d / "stdout.log"), "resumed_from": checkpoint and str(checkpoint)})
+        for member, m in zip(pack[1:], dirs[1:]):  # runs/<env>__<exp>__<seed>__<time>: each seed's to its own run
+            (m / "runs").mkdir(exist_ok=True)
+            for tb_run in (d / "runs").glob(f"*__{member['seed']}__*"):
+                if tb_run.name.rsplit("__", 2)[1] == str(member["seed"]):
+                    tb_run.rename(m / "runs" / tb_run.name)
+        drop = state == "failed" and newest_checkpoint(d) is None
+        record = {"returncode": returncode, "seconds": round(time.time() - start, 1), "log": str(d / "stdout.log"),
+                  "resumed_from": checkpoint and str(checkpoint), **({"pack": [m["name"] for m in pack]} if len(pack) > 1 else {})}
+        for m in dirs:
+            if drop:  # keep the log, drop what the run half-wrote
+                for partial in ("runs", "wandb"):
+                    shutil.rmtree(m / partial, ignore_errors=True)
+            write_json(m / f"{state}.json", record)
         return state
 
     def follow(self, run, store, task):
@@ -410,11 +482,24 @@ class Attempt:
                 self.process.kill()
 
 
+def checkpoint_seeds(path):
+    """The number of seeds a checkpoint holds (ppo_ewma_jax.py's --num-seeds in its metadata; 1 for any other)."""
+    if path.suffix != ".npz":
+        return 1
+    with np.load(path) as f:
+        meta = json.loads(str(f["meta"])) if "meta" in f.files else {}
+    return int(meta.get("args", {}).get("num_seeds", 1))
+
+
 def resumed_argv(run, d):
     """(argv, checkpoint) of the next attempt: the run's command, resuming from the newest checkpoint a previous
-    attempt left, if any (a user --resume is replaced)."""
+    attempt left, if any (a user --resume is replaced); (None, why) if that checkpoint holds another number of seeds
+    than this attempt trains (another --seeds-per-process)."""
     argv = list(run["argv"])
     checkpoint = newest_checkpoint(d) if "resume" in run["resolved"] else None
+    if checkpoint is not None and checkpoint_seeds(checkpoint) != len(members(run)):
+        return None, (f"{run['name']}: its checkpoint {checkpoint} holds {checkpoint_seeds(checkpoint)} seeds, this "
+                      f"launch packs {len(members(run))}: relaunch with --seeds-per-process {checkpoint_seeds(checkpoint)}")
     if checkpoint is not None:
         at = argv.index("--resume") if "--resume" in argv else None
         argv = (argv[:at] + argv[at + 2:] if at is not None else argv) + ["--resume", str(checkpoint.relative_to(d))]
@@ -434,7 +519,7 @@ def attempt_with_retries(run, store, retries, env=None, cpus=None, attempt=None)
     attempt = attempt or Attempt()
     for n in range(1 + retries):
         state = attempt(run, store, env, cpus)
-        if state != "failed":
+        if state != "failed":  # (or {name: state} of a pack run one by one)
             return state
         code = json.loads((Path(store) / run["name"] / "failed.json").read_text())["returncode"]
         print(f"failed with exit status {code} (attempt {n + 1} of {1 + retries}): {run['name']}", flush=True)
@@ -479,6 +564,11 @@ def worker_resources(slot, workers):
     return env, set(share)
 
 
+def spread(job, state):
+    """{member name: state} of a job's outcome (one state for every member, or a pack's own dict)."""
+    return state if isinstance(state, dict) else {m["name"]: state for m in members(job)}
+
+
 def launch_local(todo, opts):
     """Run `todo` on --workers local processes; {name: outcome}. SIGTERM stops the runs (they may checkpoint)."""
     slots, lock, attempts, outcome = list(range(opts.workers)), threading.Lock(), [], {}
@@ -489,7 +579,8 @@ def launch_local(todo, opts):
             attempt = Attempt()
             attempts.append(attempt)
         try:
-            outcome[run["name"]] = attempt_with_retries(run, opts.store, opts.retries, *worker_resources(slot, opts.workers), attempt=attempt)
+            outcome.update(spread(run, attempt_with_retries(run, opts.store, opts.retries, *worker_resources(slot, opts.workers),
+                                                            attempt=attempt)))
         finally:
             with lock:
                 slots.append(slot)
@@ -528,8 +619,8 @@ def queued_job(opts, run):
 def launch_slurm(todo, opts):
     """Submit `todo` as one job array; wait for it unless --no-wait. {name: outcome} of what finished."""
     queued = {run["name"]: queued_job(opts, run) for run in todo}
+    outcome = {m["name"]: f"queued ({queued[run['name']]})" for run in todo if queued[run["name"]] for m in members(run)}
     todo = [run for run in todo if queued[run["name"]] is None]
-    outcome = {name: f"queued ({job})" for name, job in queued.items() if job is not None}
     if not todo:
         return outcome
     folder = Path(opts.out_dir) / "slurm"
@@ -545,15 +636,16 @@ def launch_slurm(todo, opts):
     with executor.batch():
         jobs = [executor.submit(SlurmTask(), run, opts.store, opts.retries) for run in todo]
     for run, job in zip(todo, jobs):
-        write_json(run_dir(opts, run) / "slurm.json", {"job_id": job.job_id, "cluster": executor.cluster, "folder": str(folder)})
+        for m in members(run):
+            write_json(run_dir(opts, m) / "slurm.json", {"job_id": job.job_id, "cluster": executor.cluster, "folder": str(folder)})
     print(f"submitted {len(jobs)} runs as {jobs[0].job_id.split('_')[0]}" + ("" if opts.no_wait else "; waiting"), flush=True)
     if opts.no_wait:
-        return {**outcome, **{run["name"]: f"queued ({job.job_id})" for run, job in zip(todo, jobs)}}
+        return {**outcome, **{k: v for run, job in zip(todo, jobs) for k, v in spread(run, f"queued ({job.job_id})").items()}}
     for run, job in zip(todo, jobs):
         try:
-            outcome[run["name"]] = job.results()[0]  # (task 0's, when the run spans several tasks)
+            outcome.update(spread(run, job.results()[0]))  # (task 0's, when the run spans several tasks)
         except Exception as e:  # timed out past its requeues, cancelled, node failure: reported, not raised
-            outcome[run["name"]] = "failed"
+            outcome.update(spread(run, "failed"))
             print(f"job {job.job_id} ({run['name']}) did not finish: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
     return outcome
 
@@ -592,6 +684,10 @@ def build_parser():
                         help="give scripts that checkpoint --save-every N iterations, so a retry or a requeued job resumes "
                              "(not part of a run's identity; 0: the script's own default)")
     parser.add_argument("--workers", type=int, default=1, help="local runs at once")
+    parser.add_argument("--seeds-per-process", type=int, default=0,
+                        help="scripts with --num-seeds (ppo_ewma_jax): runs that differ only in consecutive seeds train "
+                             "in one process, up to this many (0: up to 8 while the pack's batches stay within 262,144 "
+                             "transitions; 1: a process a run); each keeps its own run directory")
     parser.add_argument("--retries", type=int, default=0, help="re-runs of a failed run (bad input, exit 2, is never retried)")
     parser.add_argument("--dry-run", action="store_true", help="check the grid and print the commands only")
     parser.add_argument("--print-checkpoints", action="store_true", help="print each run's newest checkpoint (or -) and stop")
@@ -624,7 +720,7 @@ def main(argv=None):
     for flag in ("workers", "slurm_time", "slurm_array_parallelism", "slurm_nodes", "slurm_tasks_per_node"):
         if getattr(opts, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive (got {getattr(opts, flag)})")
-    for flag in ("retries", "iterations", "save_every"):
+    for flag in ("retries", "iterations", "save_every", "seeds_per_process"):
         if getattr(opts, flag) < 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(opts, flag)})")
     if not opts.seeds or any(not 0 <= s < 2**31 for s in opts.seeds):
@@ -639,9 +735,13 @@ def main(argv=None):
     runs = expand(opts, parse_grid(argv[split + 1:]))
     if len({run["id"] for run in runs}) < len(runs):
         fail("the grid names one run twice (a value repeated, or two values that resolve to one command)")
-    if opts.dry_run:
-        for run in runs:
-            print(f"(cd {run_dir(opts, run)} && python {SCRIPTS / run['script']}.py {' '.join(run['argv'])})")
+    if opts.dry_run:  # each run's own command; a pack's one process after its runs
+        for job in packs(runs, opts):
+            for run in members(job):
+                print(f"(cd {run_dir(opts, run)} && python {SCRIPTS / run['script']}.py {' '.join(run['argv'])})")
+            if "pack" in job:
+                print(f"# seeds {job['seed']}..{members(job)[-1]['seed']} in one process: (cd {run_dir(opts, job)} && "
+                      f"python {SCRIPTS / job['script']}.py {' '.join(job['argv'] + ['--num-seeds', str(len(members(job)))])})")
         return {"runs": len(runs)}
     if opts.print_checkpoints:
         for run in runs:
@@ -649,8 +749,10 @@ def main(argv=None):
         return {"runs": len(runs)}
     register(opts, runs)
     todo = [run for run in runs if status(opts, run) != "done"]
-    print(f"{len(runs)} runs: {len(runs) - len(todo)} already done, {len(todo)} to run", flush=True)
-    outcome = (launch_slurm if opts.slurm else launch_local)(todo, opts)
+    jobs = packs(todo, opts)
+    print(f"{len(runs)} runs: {len(runs) - len(todo)} already done, {len(todo)} to run"
+          + (f" in {len(jobs)} processes (seeds packed, --seeds-per-process)" if len(jobs) < len(todo) else ""), flush=True)
+    outcome = (launch_slurm if opts.slurm else launch_local)(jobs, opts)
     return summary(runs, outcome, opts)
 
 

@@ -193,15 +193,58 @@ def test_bad_flags_stop_the_launch_with_one_line(tmp_path, grid, text):
     assert not any(tmp_path.iterdir())  # nothing registered, nothing run
 
 
-def test_speed_flags_are_not_part_of_a_run_s_identity_and_seeds_stay_one_a_process(tmp_path, capsys):
-    """ppo_ewma_jax's --fuse-iterations and --no-compile-cache change no number it learns: the same run; --num-seeds
-    would put several seeds' runs in one run directory: refused, --seeds gives them."""
+def test_speed_flags_are_not_part_of_a_run_s_identity_and_seeds_stay_one_a_run(tmp_path, capsys):
+    """ppo_ewma_jax's --fuse-iterations, --unroll and --no-compile-cache change no number it learns: the same run;
+    --num-seeds would put several seeds' runs in one run directory: refused, --seeds gives them."""
     base = ["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "--iterations", "2"]
     plain = names(tmp_path / "a", base, capsys)
-    assert names(tmp_path / "b", base + ["--", "--fuse-iterations", "2", "--no-compile-cache"], capsys) == plain
+    assert names(tmp_path / "b", base + ["--", "--fuse-iterations", "2", "--unroll", "2", "--no-compile-cache"], capsys) == plain
     result = launch_cli(base + ["--out-dir", str(tmp_path / "c"), "--", "--num-seeds", "4"])
-    assert result.returncode == 2 and "--num-seeds after --: the launcher runs one seed a process" in result.stderr
+    assert result.returncode == 2 and "--num-seeds after --: give the seeds with --seeds" in result.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_consecutive_seeds_of_small_batches_are_packed(tmp_path, capsys):
+    """--seeds-per-process 0: the runs that differ only in consecutive seeds share a process while their batches fit
+    262,144 transitions; every run keeps its own line and directory."""
+    base = ["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "--seeds", "1", "2", "3", "5", "--out-dir"]
+    launch.main(base + [str(tmp_path / "a"), "--dry-run", "--", "--num-envs", "4", "--total-timesteps", "4096"])
+    lines = capsys.readouterr().out.splitlines()
+    assert len([line for line in lines if line.startswith("(cd ")]) == 4
+    (pack,) = [line for line in lines if line.startswith("# seeds 1..3 in one process: (cd ")]
+    assert pack.endswith("--num-seeds 3)") and "__s1__" in pack and "--seed " not in pack  # seed 5 runs alone
+    for flags, packed in ((["--seeds-per-process", "2"], ["# seeds 1..2"]), (["--seeds-per-process", "1"], []),
+                          ([], [])):  # ... and at Table 2's 2,048 x 256, no pack
+        num_envs = "4" if flags else "2048"
+        launch.main(base + [str(tmp_path / "b"), "--dry-run", *flags, "--", "--num-envs", num_envs])
+        assert [line[:12] for line in capsys.readouterr().out.splitlines() if line.startswith("# ")] == packed
+
+
+def test_a_pack_trains_each_seed_into_its_own_run(tmp_path):
+    """Three seeds in one process: each run directory gets its seed's TensorBoard run and its status, the middle seed's
+    numbers those of the same run launched alone; a pack's checkpoint is not resumed by a launch that packs otherwise."""
+    grid = ["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "--iterations", "3", "--save-every", "3"]
+    flags = ["--", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--dynamics-every", "0"]
+    assert launch.main([*grid, "--seeds", "1", "2", "3", "--out-dir", str(tmp_path / "pack"), *flags]) == \
+        {"done": 3, "skipped": 0, "failed": 0}
+    assert launch.main([*grid, "--seeds", "2", "--out-dir", str(tmp_path / "alone"), *flags]) == \
+        {"done": 1, "skipped": 0, "failed": 0}
+    dirs = sorted((tmp_path / "pack" / "runs").iterdir(), key=lambda p: json.loads((p / "command.json").read_text())["seed"])
+    for seed, d in zip((1, 2, 3), dirs):
+        (tb_run,) = (d / "runs").iterdir()
+        assert tb_run.name.split("__")[2] == str(seed)
+        assert json.loads((d / "done.json").read_text())["pack"] == [p.name for p in dirs]
+    assert list(dirs[0].glob("runs/*/checkpoints/iter_3.npz")) and not list(dirs[1].glob("runs/*/checkpoints/*"))
+    (alone,) = (tmp_path / "alone" / "runs").iterdir()
+    assert alone.name == dirs[1].name  # the same run
+    tags = {"losses/value_loss", "charts/episodic_return"}
+    packed, lone = (analyze.read_run(d, tags)[0][""] for d in (dirs[1], alone))
+    for tag in tags:
+        np.testing.assert_allclose(packed[tag][1], lone[tag][1], rtol=2e-4, err_msg=tag)
+    (dirs[0] / "done.json").unlink()  # the first seed to run again, alone: its checkpoint holds 3 seeds
+    result = launch_cli([*grid, "--seeds", "1", "--seeds-per-process", "1", "--out-dir", str(tmp_path / "pack"), *flags])
+    assert "holds 3 seeds, this launch packs 1: relaunch with --seeds-per-process 3" in result.stdout
+    assert list(dirs[0].glob("runs/*/checkpoints/iter_3.npz"))  # left where it was
 
 
 # ---------------------------------------------------------------------------------------------
