@@ -167,6 +167,12 @@ class Args:
     hybrid_minibatch_factor: int = 0
     """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
 
+    # Speed
+    compile_cache: bool = True
+    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
+    a rerun, a resumed run or a grid point with the same shapes and flags skips compilation (--no-compile-cache or
+    JAX_ENABLE_COMPILATION_CACHE=false: off)"""
+
     # Checkpoints and several hosts
     save_every: int = 0
     """write a checkpoint under runs/{run_name}/checkpoints every this many updates (0 = never)"""
@@ -919,6 +925,17 @@ def host(x):
     return np.asarray(x.addressable_data(0))
 
 
+def use_compile_cache(args):
+    """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
+    anything compiles (checking the flags builds the env): JAX settles the cache at its first compilation."""
+    if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
+        jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
+        return
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
+    jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, SFL, init and evaluation
+
+
 def main(args):
     env = make_env(args)
     init, update, sfl_update, evaluate, schedule = make_train(args, env)
@@ -1034,6 +1051,7 @@ def main(args):
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
+    use_compile_cache(args)
     try:
         check_distributed(args)
         if args.distributed:  # before anything touches a device, so that jax.devices() spans every process

@@ -1,6 +1,11 @@
 """ppo_kinetix_sfl.py: learnability, top-K selection and the rho mix on hand-made numbers, the top K over 4
 devices, the per-env minibatches, Kinetix's filtered level sampler, Table 3 presets and bad input. Real runs are
 in test_ppo_kinetix_sfl_runs.py."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -228,3 +233,19 @@ def test_explicit_flags_override_the_preset(sfl):
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag, env):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120, extra_env=env), tmp_path, flag)
+
+
+@pytest.mark.parametrize("flags, env, cached", [([], {}, True), (["--no-compile-cache"], {}, False),
+                                                ([], {"JAX_ENABLE_COMPILATION_CACHE": "false"}, False)])
+def test_the_compile_cache_is_on_unless_turned_off(tmp_path, flags, env, cached):
+    """use_compile_cache, as __main__ calls it before anything compiles: JAX's persistent cache in
+    $JAX_COMPILATION_CACHE_DIR, off with --no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false (the program the
+    first update compiles is then kept: SFL's minutes before it, once per shapes and flags)."""
+    code = ("import sys, jax; from conftest import load_script; m = load_script('ppo_kinetix_sfl'); "
+            f"m.use_compile_cache(m.Args(**({{'compile_cache': False}} if {flags!r} else {{}}))); "
+            "print(jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            cwd=Path(__file__).parent, env={**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path), **env})
+    assert result.returncode == 0, result.stderr[-3000:]
+    enabled, directory = result.stdout.split()
+    assert enabled == str(cached) and (directory == str(tmp_path) or not cached)
