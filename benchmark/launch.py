@@ -85,6 +85,7 @@ NON_IDENTITY = ("save_every", "track", "wandb_project_name", "wandb_entity", "di
                 "num_processes", "process_id", "coverage_samples", "coverage_every", "fuse_iterations", "unroll",
                 "compile_cache")
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
+PACKABLE = ("ppo_ewma_jax",)  # scripts whose --num-seeds trains seeds --seed.. in one process, a run each
 PACK_SEEDS, PACK_TRANSITIONS = 8, 262_144  # --seeds-per-process 0: up to 8 seeds, up to 262,144 transitions an iteration
 BAD_INPUT, REQUEUE = 2, 75  # the scripts' exit status for bad flags; "preempted, checkpointed: requeue me"
 CHECKPOINT = re.compile(r"iter_(\d+)\.(npz|pt)")  # the scripts' checkpoint files, runs/<tb run>/checkpoints/iter_<N>.npz
@@ -216,7 +217,7 @@ def expand(opts, grid):
     for flag, by in owned.items():
         if flag in grid:
             fail(f"{flag} after -- is set by the launcher's {by}; give it there only")
-    if "--num-seeds" in grid:  # one run directory holds one seed's run; --seeds-per-process packs them
+    if opts.script in PACKABLE and "--num-seeds" in grid:  # a run directory holds one seed's run; packs are the launcher's
         fail("--num-seeds after --: give the seeds with --seeds (--seeds-per-process runs several in one process, each "
              "in its own run directory)")
     if (opts.fixed_budget or opts.iterations) and "total_timesteps" not in fields and opts.script != "noisy_sgd":
@@ -291,9 +292,10 @@ def packs(todo, opts):
     """The processes that run `todo`: a run alone, or a pack of runs that differ only in their consecutive seeds, which
     one process trains with --num-seeds (PureJaxRL's vmap over seeds; ppo_ewma_jax.py). A pack is its first run's
     record with "pack": every member run. --seeds-per-process K packs up to K; 0: up to PACK_SEEDS while the pack's
-    transitions an iteration stay within PACK_TRANSITIONS (small batches, where a process's own cost dominates)."""
-    if "num_seeds" not in {f.name for f in dataclasses.fields(script_module(opts.script).Args)} or \
-            opts.seeds_per_process == 1 or opts.slurm_nodes * opts.slurm_tasks_per_node > 1:
+    transitions an iteration stay within PACK_TRANSITIONS (small batches, where a process's own cost dominates).
+    A run whose directory holds a checkpoint resumes it: with the runs after it that the checkpoint's seeds name
+    (a pack's checkpoint lives in its first run), else alone; no other pack takes it in."""
+    if opts.script not in PACKABLE or opts.seeds_per_process == 1 or opts.slurm_nodes * opts.slurm_tasks_per_node > 1:
         return list(todo)
     groups = {}
     for run in todo:  # the same run but for its seed: the same resolved flags less the seed
@@ -303,13 +305,31 @@ def packs(todo, opts):
     for group in groups.values():
         group.sort(key=lambda run: run["seed"])
         size = opts.seeds_per_process or max(1, min(PACK_SEEDS, PACK_TRANSITIONS // run_batch(group[0])))
-        pack = []
-        for run in group:
+        saved = {run["name"]: newest_checkpoint(run_dir(opts, run)) for run in group}
+        pack, i = [], 0
+        while i < len(group):
+            run = group[i]
+            if saved[run["name"]] is not None:  # its own pack: the seeds its checkpoint holds, if they are all here
+                if pack:
+                    jobs.append(as_job(pack))
+                want = checkpoint_seeds(saved[run["name"]])
+                rest = group[i + 1:i + want]
+                if len(rest) == want - 1 and all(r["seed"] == run["seed"] + k + 1 and saved[r["name"]] is None
+                                                 for k, r in enumerate(rest)):
+                    jobs.append(as_job([run, *rest]))
+                    i += want
+                else:  # resumed_argv says why it cannot resume, and leaves the checkpoint
+                    jobs.append(run)
+                    i += 1
+                pack = []
+                continue
             if pack and (run["seed"] != pack[-1]["seed"] + 1 or len(pack) == size):
                 jobs.append(as_job(pack))
                 pack = []
             pack.append(run)
-        jobs.append(as_job(pack))
+            i += 1
+        if pack:
+            jobs.append(as_job(pack))
     return jobs
 
 
@@ -391,22 +411,27 @@ class Attempt:
         if self.stopped:
             return "stopped"
         dirs = [Path(store) / m["name"] for m in members(run)]
-        held = []
+        held, states = [], {}
         try:
-            for d in dirs:  # every member's lock, or none
+            for m, d in zip(members(run), dirs):
                 lock = FileLock(d / ".lock")
                 try:
                     lock.acquire(timeout=0)
+                    held.append(lock)
                 except Timeout:
-                    return "busy"
-                held.append(lock)
-            done = [(d / "done.json").exists() for d in dirs]
-            if all(done):  # another launcher finished it meanwhile
-                return "skipped"
-            if any(done):
-                return {m["name"]: "skipped" if finished else self.execute(m, d, env, cpus)
-                        for m, d, finished in zip(members(run), dirs, done)}
-            return self.execute(run, dirs[0], env, cpus, task)
+                    states[m["name"]] = "busy"
+                    continue
+                if (d / "done.json").exists():  # another launcher finished it meanwhile
+                    states[m["name"]] = "skipped"
+            if len(dirs) == 1:
+                return states.get(run["name"]) or self.execute(run, dirs[0], env, cpus, task)
+            if not states:
+                return self.execute(run, dirs[0], env, cpus, task)
+            # another launcher holds or finished some of the pack: the others run one by one
+            for m, d in zip(members(run), dirs):
+                if m["name"] not in states:
+                    states[m["name"]] = "stopped" if self.stopped else self.execute(m, d, env, cpus)
+            return states
         finally:
             for lock in held:
                 lock.release()
@@ -423,6 +448,13 @@ class Attempt:
                 write_json(m / "failed.json", {"returncode": BAD_INPUT, "seconds": 0, "log": None, "reason": checkpoint})
             return "failed"
         argv += task_flags(task) + (["--num-seeds", str(len(pack))] if len(pack) > 1 else [])
+        kept = [m for m in dirs[1:] if newest_checkpoint(m) is not None]
+        if kept:  # never wiped: a pack that would start clean over a run's own checkpoint is refused
+            why = f"{run['name']}: the pack would start {kept[0].name} over, whose checkpoint {newest_checkpoint(kept[0])} it cannot resume"
+            print(why, flush=True)
+            for m in dirs:
+                write_json(m / "failed.json", {"returncode": BAD_INPUT, "seconds": 0, "log": None, "reason": why})
+            return "failed"
         for m in dirs:
             if checkpoint is None:  # start clean: no half-written logs of an earlier attempt remain
                 for stale in ("runs", "wandb"):
@@ -498,8 +530,10 @@ def resumed_argv(run, d):
     argv = list(run["argv"])
     checkpoint = newest_checkpoint(d) if "resume" in run["resolved"] else None
     if checkpoint is not None and checkpoint_seeds(checkpoint) != len(members(run)):
-        return None, (f"{run['name']}: its checkpoint {checkpoint} holds {checkpoint_seeds(checkpoint)} seeds, this "
-                      f"launch packs {len(members(run))}: relaunch with --seeds-per-process {checkpoint_seeds(checkpoint)}")
+        seeds = checkpoint_seeds(checkpoint)
+        return None, (f"{run['name']}: its checkpoint {checkpoint} holds seeds {run['seed']}..{run['seed'] + seeds - 1}, "
+                      f"this launch trains {len(members(run))} from it: relaunch with all of them among --seeds and "
+                      f"--seeds-per-process other than 1 (the checkpoint is left as it is)")
     if checkpoint is not None:
         at = argv.index("--resume") if "--resume" in argv else None
         argv = (argv[:at] + argv[at + 2:] if at is not None else argv) + ["--resume", str(checkpoint.relative_to(d))]
@@ -618,7 +652,8 @@ def queued_job(opts, run):
 
 def launch_slurm(todo, opts):
     """Submit `todo` as one job array; wait for it unless --no-wait. {name: outcome} of what finished."""
-    queued = {run["name"]: queued_job(opts, run) for run in todo}
+    queued = {run["name"]: next((job for job in map(functools.partial(queued_job, opts), members(run)) if job), None)
+              for run in todo}
     outcome = {m["name"]: f"queued ({queued[run['name']]})" for run in todo if queued[run["name"]] for m in members(run)}
     todo = [run for run in todo if queued[run["name"]] is None]
     if not todo:

@@ -81,7 +81,8 @@ def project_program(opts, ewma, overrides):
     call at these sizes (and these flags of --variant), compiled and run once."""
     flags = dict(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=8,
                  update_epochs=4, learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
-                 hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000, **overrides)
+                 hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000)
+    flags.update(overrides)
     args = ewma.resolve_args(ewma.Args(**{k: v for k, v in flags.items() if k in ewma.Args.__dataclass_fields__}))
     if hasattr(ewma, "resolve_fuse_iterations"):  # earlier revisions resolve it with the other flags
         ewma.resolve_fuse_iterations(args)

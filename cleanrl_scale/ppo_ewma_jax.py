@@ -195,8 +195,8 @@ class Args:
     unroll: int = 0
     """steps of the rollout, GAE and minibatch scans unrolled into straight-line code (lax.scan's `unroll`; the same
     computation, float rounding aside): fewer loop trips, which cost a GPU most at small batches, against a longer
-    compilation; 0 = 4 on a GPU or TPU while a call holds several iterations (a batch below 2,097,152 transitions),
-    else 1"""
+    compilation; 0 = 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
+    transitions, else 1"""
     compile_cache: bool = True
     """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
     a rerun with the same shapes skips compilation (--no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false: off)"""
@@ -749,10 +749,11 @@ def decoupled_policy_loss(newlogprob, prox_logprob, behav_logprob, advantages, c
     if imp_samp_max > 0:
         logp_adj = jnp.maximum(behav_logprob, jax.lax.stop_gradient(newlogprob) - math.log(imp_samp_max))
     pg_losses = -advantages * jnp.exp(newlogprob - logp_adj)
-    clipped_logratio = jnp.clip(logratio, math.log(1.0 - clip_coef), math.log(1.0 + clip_coef))
+    low, high = jnp.log(1.0 - clip_coef), jnp.log(1.0 + clip_coef)  # clip_coef may be traced
+    clipped_logratio = jnp.clip(logratio, low, high)
     pg_losses2 = -advantages * jnp.exp(clipped_logratio + prox_logprob - logp_adj)
     loss = jnp.maximum(pg_losses, pg_losses2).mean()
-    clipfrac = ((logratio < math.log(1.0 - clip_coef)) | (logratio > math.log(1.0 + clip_coef))).mean()
+    clipfrac = ((logratio < low) | (logratio > high)).mean()
     if imp_samp_max > 0:
         imp_samp_clipfrac = (newlogprob - behav_logprob > math.log(imp_samp_max)).mean()
     else:
@@ -798,6 +799,19 @@ class RunnerState(NamedTuple):
     rng: jnp.ndarray
 
 
+def hyperparameters(args):
+    """The float flags the update takes as traced values, float32: one compiled program serves every value of them (a
+    grid over the learning rate, clip epsilon or COM, a run's budget, a resume with a new COM or epsilon), so the
+    persistent compilation cache serves them all. The flags that shape the program stay Python constants."""
+    updates = args.num_iterations * args.update_epochs * args.num_minibatches
+    values = {"learning_rate": args.learning_rate, "lr_anneal_updates": updates, "clip_coef": args.clip_coef,
+              "vf_clip_coef": args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef,
+              "ent_coef": args.ent_coef, "vf_coef": args.vf_coef, "max_grad_norm": args.max_grad_norm,
+              "gamma": args.gamma, "gae_lambda": args.gae_lambda,
+              "ewma_beta": ewma_beta(args.ewma_com) if args.ewma_com is not None else 0.0}
+    return {name: np.float32(value) for name, value in values.items()}
+
+
 def make_train(args, env):
     """(init, update, evaluate, optimizer schedule) for these flags, PureJaxRL style."""
     pi = policy_fns(env)
@@ -806,15 +820,26 @@ def make_train(args, env):
     else:
         actor = MLP(args.hidden_size, args.num_layers, int(action_mask(env.action_dims).size), 0.01)
     critic = MLP(args.hidden_size, args.num_layers, 1, 1.0)
+    unroll = max(args.unroll, 1)  # (lax.scan would read 0, --unroll's "by the device", as "the whole loop")
     updates_per_iteration = args.update_epochs * args.num_minibatches
-    if args.anneal_lr:
+    if args.anneal_lr:  # the learning rate the host logs; the update computes it from its traced flags, alike
         schedule = optax.linear_schedule(args.learning_rate, 0.0, args.num_iterations * updates_per_iteration)
-    else:  # a schedule either way, so the optimizer state (and a checkpoint) has one structure
+    else:
         schedule = optax.constant_schedule(args.learning_rate)
-    tx = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(schedule, eps=1e-5))
     ewma = args.ewma_com is not None
-    beta = ewma_beta(args.ewma_com) if ewma else 0.0
-    vf_clip_coef = args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef
+    constants = hyperparameters(args)  # an update called without them: the flags as Python constants
+
+    def optimizer(h):
+        """Adam after clipping the global norm, the learning rate linear to 0 over the run (optax.linear_schedule's
+        formula) if --anneal-lr; of h's values, traced or not. One structure either way (and so one checkpoint)."""
+        def learning_rate(count):
+            if not args.anneal_lr:
+                return h["learning_rate"]
+            return h["learning_rate"] * (1 - jnp.clip(count, 0, h["lr_anneal_updates"]) / h["lr_anneal_updates"])
+
+        return optax.chain(optax.clip_by_global_norm(h["max_grad_norm"]), optax.adam(learning_rate, eps=1e-5))
+
+    tx = optimizer(constants)  # its state's structure, for init
 
     def policy(actor_params, obs):
         """The policy's distribution at obs."""
@@ -838,28 +863,28 @@ def make_train(args, env):
         return RunnerState(params, tx.init(params), params["actor"], jnp.ones(()), env_state, obs,
                            random_level_ids(k_next_ids), zeros, zeros, rng)
 
-    def loss_fn(params, prox_logprob, mb, advantages, targets):
+    def loss_fn(params, prox_logprob, mb, advantages, targets, h):
         dist = policy(params["actor"], mb.obs)
         newlogprob = pi.log_prob(dist, mb.action)
         pg_loss, clipfrac, imp_samp_clipfrac = decoupled_policy_loss(newlogprob, prox_logprob, mb.logprob, advantages,
-                                                                     args.clip_coef, args.imp_samp_max)
+                                                                     h["clip_coef"], args.imp_samp_max)
         newvalue = value_fn(params["critic"], mb.obs)
         if args.clip_vloss:
-            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -vf_clip_coef, vf_clip_coef)
+            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -h["vf_clip_coef"], h["vf_clip_coef"])
             v_loss = 0.5 * jnp.maximum((newvalue - targets) ** 2, (v_clipped - targets) ** 2).mean()
         else:
             v_loss = 0.5 * ((newvalue - targets) ** 2).mean()
         entropy_loss = pi.entropy(dist).mean()
-        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+        loss = pg_loss - h["ent_coef"] * entropy_loss + v_loss * h["vf_coef"]
         return loss, (pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac)
 
-    def minibatch_grads(params, prox_params, minibatch):
+    def minibatch_grads(params, prox_params, minibatch, h):
         """(gradient of the loss on one minibatch, the loss's statistics); the advantages are normalised here."""
         mb, mb_advantages, mb_targets = minibatch
         if args.norm_adv:
             mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
         prox_logprob = pi.log_prob(policy(prox_params, mb.obs), mb.action) if ewma else mb.logprob
-        (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets)
+        (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets, h)
         return grads, aux
 
     def dynamics_metrics(params, first_grads, batch, rng):
@@ -886,15 +911,19 @@ def make_train(args, env):
         }
 
     @jax.jit  # jitted so that its trace is cached: `update` asks for its shapes, then calls it
-    def measured(start_params, prox_params, params, batch, first_epoch_key, k_epochs):
+    def measured(start_params, prox_params, params, batch, first_epoch_key, k_epochs, h):
         """The dynamics/ metrics of an iteration (and its coverage states)."""
         # the first minibatch of the first epoch, as update_epoch draws it, at the parameters it saw: its raw gradient
         first = jax.random.permutation(first_epoch_key, args.batch_size)[: args.minibatch_size]
-        first_grads, _ = minibatch_grads(start_params, prox_params, jax.tree.map(lambda x: x[first], batch))
+        first_grads, _ = minibatch_grads(start_params, prox_params, jax.tree.map(lambda x: x[first], batch), h)
         return dynamics_metrics(params, first_grads, batch[0], jax.random.fold_in(k_epochs, args.update_epochs))
 
-    def update(runner, levels, measure=False):
-        """One iteration: rollout, GAE, epochs x minibatches; `measure` (a traced bool) adds the dynamics/ metrics."""
+    def update(runner, levels, measure=False, hyper=None):
+        """One iteration: rollout, GAE, epochs x minibatches; `measure` (a traced bool) adds the dynamics/ metrics.
+        `hyper`: hyperparameters(args) as arrays, so that other values of those flags run this same program (else
+        they are compiled in as constants)."""
+        h = constants if hyper is None else hyper
+        tx = optimizer(h)
         start_params = runner.params
 
         def env_step(runner, _):
@@ -915,18 +944,19 @@ def make_train(args, env):
                                      episode_return=episode_return * (1 - done), episode_length=episode_length * (1 - done))
             return runner, (transition, stats)
 
-        runner, (traj, stats) = jax.lax.scan(env_step, runner, None, args.num_steps, unroll=args.unroll)
+        runner, (traj, stats) = jax.lax.scan(env_step, runner, None, args.num_steps, unroll=unroll)
         last_value = value_fn(runner.params["critic"], runner.obs)
-        advantages, targets = compute_gae(traj.reward, traj.value, traj.done, last_value, args.gamma, args.gae_lambda,
-                                          args.unroll)
+        advantages, targets = compute_gae(traj.reward, traj.value, traj.done, last_value, h["gamma"], h["gae_lambda"],
+                                          unroll)
 
         def update_minibatch(carry, minibatch):
             params, opt_state, prox_params, ewma_weight = carry
-            grads, aux = minibatch_grads(params, prox_params, minibatch)
+            grads, aux = minibatch_grads(params, prox_params, minibatch, h)
             updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             if ewma:
-                prox_params, ewma_weight = ewma_update(prox_params, params["actor"], beta, ewma_weight, args.ewma_bias_correction)
+                prox_params, ewma_weight = ewma_update(prox_params, params["actor"], h["ewma_beta"], ewma_weight,
+                                                       args.ewma_bias_correction)
             else:
                 prox_params = params["actor"]
             return (params, opt_state, prox_params, ewma_weight), (*aux, optax.global_norm(grads))
@@ -940,7 +970,7 @@ def make_train(args, env):
             permutation = jax.random.permutation(rng, args.batch_size)
             minibatch_rows = permutation.reshape(args.num_minibatches, args.minibatch_size)
             return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], batch)),
-                                carry, minibatch_rows, unroll=args.unroll)
+                                carry, minibatch_rows, unroll=unroll)
 
         rng, k_epochs = jax.random.split(runner.rng)
         epoch_keys = jax.random.split(k_epochs, args.update_epochs)
@@ -948,7 +978,7 @@ def make_train(args, env):
             update_epoch, (runner.params, runner.opt_state, runner.prox_params, runner.ewma_weight), epoch_keys
         )
 
-        operands = (start_params, runner.prox_params, params, batch, epoch_keys[0], k_epochs)
+        operands = (start_params, runner.prox_params, params, batch, epoch_keys[0], k_epochs, h)
         shapes = jax.eval_shape(measured, *operands)  # traces `measured` once: the cond below reuses the trace
         dynamics = jax.lax.cond(measure, measured, lambda *_: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
                                 *operands)
@@ -1013,18 +1043,18 @@ def make_train(args, env):
 
     update_once = jax.jit(update)
 
-    def fused_update(runner, levels, measure, active):
+    def fused_update(runner, levels, measure, active, hyper=None):
         """--fuse-iterations iterations in one call: a scan of `update` whose metrics come back stacked. An iteration
         whose `active` is False leaves the runner as it is (a call that ends early, at an evaluation, a checkpoint or
         the last iteration, has the same shapes and so the same compiled program)."""
-        shapes = jax.eval_shape(update_once, runner, levels, measure[0])[1]  # cached: the cond below traces no more
+        shapes = jax.eval_shape(update_once, runner, levels, measure[0], hyper)[1]  # cached: the cond below traces no more
 
         def skipped(runner):
             return runner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
         def body(runner, x):
             measure, active = x
-            return jax.lax.cond(active, lambda r: update_once(r, levels, measure), skipped, runner)
+            return jax.lax.cond(active, lambda r: update_once(r, levels, measure, hyper), skipped, runner)
 
         return jax.lax.scan(body, runner, (measure, active))
 
@@ -1080,14 +1110,15 @@ def resolve_fuse_iterations(args, device=None):
     trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU
     machine takes no GPU)."""
     device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
-    if args.unroll == 0:  # only where a call holds several iterations: there the loop trips cost (on an H200, XLA
-        # failed to compile the update at 8M-transition batches with its scans unrolled: README)
-        args.unroll = UNROLL[device] if args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device] else 1
     if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
         evals = args.eval_every if args.env_id == "locomotion" else 0
         intervals = [every for every in (evals, args.save_every) if every]
         target = FUSE_TRANSITIONS[device]
         args.fuse_iterations = min([max(1, target // (args.batch_size * args.num_seeds)), args.num_iterations] + intervals)
+    if args.unroll == 0:  # only where a call holds several iterations of small batches: there the loop trips cost (on
+        # an H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: README)
+        small = args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device]
+        args.unroll = UNROLL[device] if small and args.fuse_iterations > 1 else 1
     return args
 
 
@@ -1128,14 +1159,16 @@ def main(args):
             runner, levels = jax.tree.map(lambda x: x[None], (runner, levels))
     tags = []  # the scalar metrics in the order train_call stacks them (set when it is traced)
 
-    def train_call(runner, levels, measure, active):
+    hyper = hyperparameters(args)  # traced: other values of these flags run the same program
+
+    def train_call(runner, levels, measure, active, hyper):
         """--fuse-iterations iterations of every seed; every scalar metric comes back in one (seeds, iterations, tags)
         array, one transfer a call."""
         if args.num_seeds == 1:  # one seed: the lone run's program itself
-            runner, metrics = update(*jax.tree.map(lambda x: x[0], (runner, levels)), measure, active)
+            runner, metrics = update(*jax.tree.map(lambda x: x[0], (runner, levels)), measure, active, hyper)
             runner, metrics = jax.tree.map(lambda x: x[None], (runner, metrics))
         else:
-            runner, metrics = jax.vmap(update, in_axes=(0, 0, None, None))(runner, levels, measure, active)
+            runner, metrics = jax.vmap(update, in_axes=(0, 0, None, None, None))(runner, levels, measure, active, hyper)
         tags[:] = [tag for tag in metrics if not tag.startswith("coverage/")]
         scalars = jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
         return runner, scalars, (metrics["coverage/obs"], metrics["coverage/features"])
@@ -1146,7 +1179,7 @@ def main(args):
     evaluate = jax.jit(jax.vmap(evaluate))
     flags_shape = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
     compiler = ThreadPoolExecutor(max_workers=1)
-    compiled_update = compiler.submit(lambda: train_call.lower(runner_shape, levels_shape, flags_shape, flags_shape).compile())
+    compiled_update = compiler.submit(lambda: train_call.lower(runner_shape, levels_shape, flags_shape, flags_shape, hyper).compile())
     if args.env_id == "locomotion" and args.eval_every:
         compiled_evaluate = compiler.submit(lambda: evaluate.lower(runner_shape.params, levels_shape, eval_keys).compile())
     stamp = int(time.time())
@@ -1245,7 +1278,7 @@ def main(args):
         numbers = np.arange(iteration + 1, iteration + args.fuse_iterations + 1)
         active = numbers <= last
         measure = active & (args.dynamics_every > 0) & ((numbers % max(args.dynamics_every, 1) == 0) | (numbers == 1))
-        runner, *stacked = train_call(runner, levels, measure, active)
+        runner, *stacked = train_call(runner, levels, measure, active, hyper)
         if pending:  # the previous call's metrics are logged while this call computes (JAX dispatches asynchronously)
             log_call(*pending)
         pending, iteration = (iteration + 1, last, measure, *stacked), last

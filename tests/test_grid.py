@@ -242,9 +242,35 @@ def test_a_pack_trains_each_seed_into_its_own_run(tmp_path):
     for tag in tags:
         np.testing.assert_allclose(packed[tag][1], lone[tag][1], rtol=2e-4, err_msg=tag)
     (dirs[0] / "done.json").unlink()  # the first seed to run again, alone: its checkpoint holds 3 seeds
-    result = launch_cli([*grid, "--seeds", "1", "--seeds-per-process", "1", "--out-dir", str(tmp_path / "pack"), *flags])
-    assert "holds 3 seeds, this launch packs 1: relaunch with --seeds-per-process 3" in result.stdout
+    result = launch_cli([*grid, "--seeds", "1", "--out-dir", str(tmp_path / "pack"), *flags])
+    assert "holds seeds 1..3, this launch trains 1 from it: relaunch with all of them among --seeds" in result.stdout
     assert list(dirs[0].glob("runs/*/checkpoints/iter_3.npz"))  # left where it was
+
+
+def test_packs_form_around_checkpoints(tmp_path, capsys):
+    """A run whose directory holds a checkpoint resumes it with the seeds it holds; no pack takes in a run that has
+    one of its own (it would start it over)."""
+    base = ["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "--seeds", "0", "1", "2", "3", "4", "--out-dir",
+            str(tmp_path), "--", "--num-envs", "4", "--total-timesteps", "4096"]
+
+    def packed():
+        launch.main(base[:-5] + ["--dry-run"] + base[-5:])
+        return [line.split(" in one")[0] for line in capsys.readouterr().out.splitlines() if line.startswith("# ")]
+
+    assert packed() == ["# seeds 0..4"]
+    launch.main(base[:-5] + ["--dry-run"] + base[-5:])
+    dirs = {int(line.split("__s")[-1].split("__")[0]): Path(line[4:].split(" && ")[0])
+            for line in capsys.readouterr().out.splitlines() if line.startswith("(cd ")}
+
+    def checkpoint(seed, seeds):  # the file ppo_ewma_jax.py writes: its metadata names --num-seeds
+        path = dirs[seed] / "runs" / f"x__{seed}__1" / "checkpoints" / "iter_5.npz"
+        path.parent.mkdir(parents=True)
+        np.savez(path, meta=np.array(json.dumps({"args": {"num_seeds": seeds}})))
+
+    checkpoint(1, 3)
+    assert packed() == ["# seeds 1..3"]  # 0 and 4 alone: not consecutive with the pack's
+    checkpoint(2, 1)
+    assert packed() == ["# seeds 3..4"]  # 1 cannot take 2 in (resumed_argv says so at launch); 2 resumes alone
 
 
 # ---------------------------------------------------------------------------------------------

@@ -268,6 +268,7 @@ def test_default_fuse_iterations(ewma, flags, expected):
     (dict(num_envs=524288, num_steps=16), "accelerator", 1),  # where XLA:GPU failed to compile it unrolled
     (dict(num_envs=32768, num_steps=16, num_seeds=4), "accelerator", 1),  # every seed's transitions count
     (dict(num_envs=524288, num_steps=16, unroll=2), "accelerator", 2),  # given: kept
+    (dict(num_envs=4096, num_steps=16, fuse_iterations=1), "accelerator", 1),  # one iteration a call
 ])
 def test_default_unroll(ewma, flags, device, expected):
     args = ewma.resolve_args(ewma.Args(**flags))
@@ -285,6 +286,38 @@ def test_an_unrolled_update_is_the_same_computation(ewma):
             assert unrolled[tag] == pytest.approx(value, rel=1e-4, abs=1e-6), (unroll, tag)
 
 
+def lowered_update(ewma, **flags):
+    """The text of the jitted update this script compiles for these flags (traced, lowered, not compiled)."""
+    args = ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.Args(
+        env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, fuse_iterations=2, **flags)))
+    env = ewma.make_env(args)
+    init, update, _, _ = ewma.make_train(args, env)
+    levels = env.sample_levels(jax.random.PRNGKey(0))
+    runner = jax.eval_shape(init, jax.random.PRNGKey(1), levels)
+    flags_shape = jax.ShapeDtypeStruct((2,), jnp.bool_)
+    return jax.jit(update).lower(runner, levels, flags_shape, flags_shape, ewma.hyperparameters(args)).as_text()
+
+
+def test_a_grid_over_lr_epsilon_com_or_budget_shares_one_program(ewma):
+    """The float flags a grid varies are arguments of the compiled update, not constants in it: other values (and
+    another budget, whose lr annealing spans other updates) lower to the same program, which the persistent cache
+    then serves; a flag that shapes the program does not."""
+    base = dict(ewma_com=100.0, learning_rate=2.5e-4, clip_coef=0.2, total_timesteps=64 * 10)
+    program = lowered_update(ewma, **base)
+    for change in (dict(learning_rate=1e-3), dict(clip_coef=0.1, vf_clip_coef=0.5), dict(ewma_com=10.0),
+                   dict(total_timesteps=64 * 30), dict(gamma=0.9, gae_lambda=0.8, ent_coef=0.02, max_grad_norm=1.0)):
+        assert lowered_update(ewma, **{**base, **change}) == program, change
+    assert lowered_update(ewma, **{**base, "hidden_size": 32}) != program
+
+
+def test_traced_flags_give_the_numbers_of_constant_ones(ewma):
+    """An update given hyperparameters(args) as arrays computes what the update with them as constants computes."""
+    flags = dict(measure=True, ewma_com=5.0, anneal_lr=True, clip_coef=0.1, vf_clip_coef=0.3)
+    constant, traced = first_update_metrics(ewma, **flags), first_update_metrics(ewma, traced=True, **flags)
+    for tag, value in constant.items():
+        assert traced[tag] == pytest.approx(value, rel=1e-5, abs=1e-7), tag
+
+
 def test_checking_the_flags_starts_no_device_backend():
     """resolve_args runs in the launcher's process for every run of a grid: on a GPU machine a started backend would
     hold the GPUs (and, by JAX's default, most of their memory) while the runs need them."""
@@ -296,14 +329,16 @@ def test_checking_the_flags_starts_no_device_backend():
     assert "backends []" in result.stdout, result.stdout
 
 
-def first_update_metrics(ewma, measure=False, **flags):
-    """The metrics of one update of a tiny CartPole config, in process (with the dynamics/ metrics if measure)."""
+def first_update_metrics(ewma, measure=False, traced=False, **flags):
+    """The metrics of one update of a tiny CartPole config, in process (with the dynamics/ metrics if measure; the float
+    flags as the script passes them, traced, if traced)."""
     args = ewma.resolve_args(ewma.Args(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
                                        update_epochs=2, total_timesteps=64, **flags))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
-    _, metrics = jax.jit(update)(init(jax.random.PRNGKey(1), levels), levels, jnp.asarray([measure]), jnp.asarray([True]))
+    _, metrics = jax.jit(update)(init(jax.random.PRNGKey(1), levels), levels, jnp.asarray([measure]), jnp.asarray([True]),
+                                 ewma.hyperparameters(args) if traced else None)
     return {tag: float(value[0]) for tag, value in metrics.items() if not tag.startswith("coverage/")}  # scalars
 
 
