@@ -171,7 +171,7 @@ class Args:
     compile_cache: bool = True
     """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
     a rerun, a resumed run or a grid point with the same shapes and flags skips compilation (--no-compile-cache or
-    JAX_ENABLE_COMPILATION_CACHE=false: off)"""
+    JAX_ENABLE_COMPILATION_CACHE=false: off; off with --distributed)"""
 
     # Checkpoints and several hosts
     save_every: int = 0
@@ -928,7 +928,9 @@ def host(x):
 def use_compile_cache(args):
     """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
     anything compiles (checking the flags builds the env): JAX settles the cache at its first compilation."""
-    if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
+    # off with --distributed: a process that loads a program from the cache reaches the first collective long before
+    # one that compiles it, and the wait can outlast the collective's timeout (Gloo's 30 s on CPU hosts, seen in tests)
+    if not args.compile_cache or args.distributed or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
         jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
         return
     default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")

@@ -236,13 +236,16 @@ def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag, env):
 
 
 @pytest.mark.parametrize("flags, env, cached", [([], {}, True), (["--no-compile-cache"], {}, False),
-                                                ([], {"JAX_ENABLE_COMPILATION_CACHE": "false"}, False)])
+                                                ([], {"JAX_ENABLE_COMPILATION_CACHE": "false"}, False),
+                                                (["--distributed"], {}, False)])
 def test_the_compile_cache_is_on_unless_turned_off(tmp_path, flags, env, cached):
     """use_compile_cache, as __main__ calls it before anything compiles: JAX's persistent cache in
-    $JAX_COMPILATION_CACHE_DIR, off with --no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false (the program the
+    $JAX_COMPILATION_CACHE_DIR, off with --no-compile-cache, JAX_ENABLE_COMPILATION_CACHE=false or --distributed
+    (processes that load from it reach the first collective long before one that compiles; the program the
     first update compiles is then kept: SFL's minutes before it, once per shapes and flags)."""
     code = ("import sys, jax; from conftest import load_script; m = load_script('ppo_kinetix_sfl'); "
-            f"m.use_compile_cache(m.Args(**({{'compile_cache': False}} if {flags!r} else {{}}))); "
+            f"m.use_compile_cache(m.Args(**{{'--no-compile-cache': {{'compile_cache': False}}, '--distributed': "
+            f"{{'distributed': True}}}}.get(({flags!r} or [''])[0], {{}}))); "
             "print(jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                             cwd=Path(__file__).parent, env={**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path), **env})
