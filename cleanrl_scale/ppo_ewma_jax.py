@@ -813,7 +813,7 @@ def hyperparameters(args):
 
 
 def make_train(args, env):
-    """(init, update, evaluate, optimizer schedule) for these flags, PureJaxRL style."""
+    """(init, update, evaluate, learning-rate schedule) for these flags, PureJaxRL style."""
     pi = policy_fns(env)
     if env.continuous:
         actor = GaussianActor(args.hidden_size, args.num_layers, env.action_dims[0])
@@ -822,22 +822,19 @@ def make_train(args, env):
     critic = MLP(args.hidden_size, args.num_layers, 1, 1.0)
     unroll = max(args.unroll, 1)  # (lax.scan would read 0, --unroll's "by the device", as "the whole loop")
     updates_per_iteration = args.update_epochs * args.num_minibatches
-    if args.anneal_lr:  # the learning rate the host logs; the update computes it from its traced flags, alike
-        schedule = optax.linear_schedule(args.learning_rate, 0.0, args.num_iterations * updates_per_iteration)
-    else:
-        schedule = optax.constant_schedule(args.learning_rate)
     ewma = args.ewma_com is not None
     constants = hyperparameters(args)  # an update called without them: the flags as Python constants
 
-    def optimizer(h):
-        """Adam after clipping the global norm, the learning rate linear to 0 over the run (optax.linear_schedule's
-        formula) if --anneal-lr; of h's values, traced or not. One structure either way (and so one checkpoint)."""
-        def learning_rate(count):
-            if not args.anneal_lr:
-                return h["learning_rate"]
-            return h["learning_rate"] * (1 - jnp.clip(count, 0, h["lr_anneal_updates"]) / h["lr_anneal_updates"])
+    def schedule(count, h=constants):
+        """The learning rate after `count` minibatch steps: linear to 0 over the run if --anneal-lr (CleanRL's and
+        PureJaxRL's annealing, optax.linear_schedule's formula), of h's values, traced or not."""
+        if not args.anneal_lr:
+            return h["learning_rate"] + 0 * count
+        return h["learning_rate"] * (1 - jnp.clip(count, 0, h["lr_anneal_updates"]) / h["lr_anneal_updates"])
 
-        return optax.chain(optax.clip_by_global_norm(h["max_grad_norm"]), optax.adam(learning_rate, eps=1e-5))
+    def optimizer(h):
+        """Adam after clipping the global norm, at schedule's learning rate; one structure for any h (one checkpoint)."""
+        return optax.chain(optax.clip_by_global_norm(h["max_grad_norm"]), optax.adam(partial(schedule, h=h), eps=1e-5))
 
     tx = optimizer(constants)  # its state's structure, for init
 
