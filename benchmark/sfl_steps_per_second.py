@@ -155,7 +155,8 @@ def first_update(opts):
 
     def cold_start(script):
         with tempfile.TemporaryDirectory() as tmp, open(os.path.join(tmp, "stderr.txt"), "w+") as log:
-            env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}  # cold: nothing compiled before
+            env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+            env["JAX_ENABLE_COMPILATION_CACHE"] = "false"  # cold: the persistent cache off, at any revision
             launched = time.time()
             process = subprocess.Popen([sys.executable, str(script), *map(str, flags)],
                                        cwd=tmp, env=dict(env, WANDB_MODE="offline"), stdout=subprocess.DEVNULL, stderr=log)

@@ -26,6 +26,9 @@ and budget before the pairs (those cold whole-process times are reported too).
 Known at CleanRL fe8d8a0 and PureJaxRL 31756b1. CleanRL's RND script steps its environments
 --obs-norm-init iterations with random actions before training (uncounted by its own SPS); the
 project's ppo_rnd.py does the same, and both processes are timed whole, so the warm-up is in both.
+For PureJaxRL, whose first result is its whole process (it returns when training ends), each pair also reports the
+seconds from the project's launch to its first logged iteration and their difference (at a budget of one iteration,
+e.g. --total-timesteps 512 for CartPole, both sides do the same work before their first result).
 --against REV adds a third side, the project's script as it was at git revision REV with the same flags, to
 every pair (the three take turns going first), and reports the median of (REV seconds / project seconds) too.
 PureJaxRL's ppo.py has no command line: a driver of this harness imports it, calls make_train(config)
@@ -43,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import SCRIPTS, describe_machine, script_at
+from common import SCRIPTS, describe_machine, read_run, run_dirs, script_at
 
 # Text edits a CleanRL envpool script needs on envpool 1.2.5 + gymnasium 1.4 (gym is not installed; envpool's
 # gymnasium API returns (obs, info) from reset and a 5-tuple from step; gymnasium 1.x wrappers no longer forward
@@ -185,20 +188,23 @@ def commands(bench, opts, reference_file, total_timesteps=None):
 
 
 def timed_run(argv, workdir, copy_from, cache=None):
-    """Run `python argv` in a fresh copy of `copy_from`'s files under `workdir`: whole-process wall seconds. JAX's
-    persistent compilation cache is off unless `cache` names its directory (then on for either side)."""
+    """Run `python argv` in a fresh copy of `copy_from`'s files under `workdir`: (whole-process wall seconds, seconds
+    from launch to its first logged iteration, None for a script that writes no TensorBoard run). JAX's persistent
+    compilation cache is off unless `cache` names its directory (then on for either side)."""
     shutil.copytree(copy_from, workdir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled")
     if cache:  # the project's script caches what compiles in 0.5 s or more: so does the reference here
         env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
-    start = time.perf_counter()
+    launched, start = time.time(), time.perf_counter()
     result = subprocess.run([sys.executable, *argv], cwd=workdir, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if result.returncode:
         raise SystemExit(f"vs_reference.py: `python {' '.join(argv)}` in {workdir} exited {result.returncode}:\n"
                          f"{result.stderr[-3000:]}")
-    return seconds
+    runs = run_dirs(workdir) if (workdir / "runs").is_dir() else []
+    first = read_run(runs[0])[0]["charts/SPS"][0].wall_time - launched if runs else None
+    return seconds, first
 
 
 def steady_rates(seconds, budgets):
@@ -306,8 +312,11 @@ def main(argv=None):
               + (f"\n  against:   the project's script at {opts.against}, the same flags" if opts.against else ""), flush=True)
         cache = root / "jax_cache" if opts.steady else None
 
+        firsts = {}  # side -> seconds from launch to the first logged iteration, of the runs at the last budget
+
         def run(side, budget, name):
-            return timed_run(argvs[side, budget], root / f"{name}_{side}_{budget}", root / side, cache)
+            seconds, firsts[side] = timed_run(argvs[side, budget], root / f"{name}_{side}_{budget}", root / side, cache)
+            return seconds
 
         report = {"bench": opts.bench, "machine": machine, "reference": argvs["reference", budgets[-1]],
                   "project": argvs["project", budgets[-1]], "options": {k: str(v) for k, v in vars(opts).items()}}
@@ -327,6 +336,9 @@ def main(argv=None):
             pair = {"first": order[0], "reference_s": ref_s, "project_s": ours_s, "ratio": ref_s / ours_s}
             line = (f"pair {i + 1}: reference {ref_s:.1f} s ({budgets[-1] / ref_s:,.0f} steps/s), project "
                     f"{ours_s:.1f} s ({budgets[-1] / ours_s:,.0f} steps/s), ratio x{ref_s / ours_s:.3f}")
+            if bench.reference.startswith("purejaxrl/"):  # PureJaxRL's first result is its whole process (it logs at the end)
+                pair.update(project_first_s=firsts["project"], first_margin_s=firsts["project"] - ref_s)
+                line += f"; project's first iteration logged at {firsts['project']:.1f} s ({pair['first_margin_s']:+.1f} s)"
             if opts.steady:
                 try:
                     rates = steady_rates(seconds, budgets)
@@ -348,13 +360,16 @@ def main(argv=None):
                 opts.json.write_text(json.dumps({**report, "pairs": pairs}, indent=2))
         report["pairs"] = pairs
         for key, what in (("ratio", "reference s / project s"), ("steady_ratio", "project steady steps/s / reference's"),
+                          ("first_margin_s", "seconds to the project's first logged iteration - the reference's whole process"),
                           ("against_ratio", f"project at {opts.against} s / project s"),
                           ("against_steady_ratio", f"project steady steps/s / at {opts.against}")):
             if key in pairs[0]:
                 values = [p[key] for p in pairs]
                 report[f"median_{key}"] = statistics.median(values)
-                print(f"median of {opts.pairs} per-pair {key.replace('_', ' ')}s ({what}): x{report[f'median_{key}']:.3f}  "
-                      f"[{min(values):.3f}, {max(values):.3f}]; {machine}")
+                shown = [f"{v:+.1f} s" if key.endswith("_s") else f"x{v:.3f}" for v in (report[f"median_{key}"], min(values), max(values))]
+                name = key[:-2].replace("_", " ") + "s" if key.endswith("_s") else key.replace("_", " ") + "s"
+                print(f"median of {opts.pairs} per-pair {name} ({what}): {shown[0]}  "
+                      f"[{shown[1]}, {shown[2]}]; {machine}")
         if opts.json:
             opts.json.write_text(json.dumps(report, indent=2))
         return report["median_ratio"]

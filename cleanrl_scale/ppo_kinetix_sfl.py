@@ -12,7 +12,10 @@ about half of the time, and every batch draws a share rho of its levels from tha
 - the scaling recipes of §5 / App. D and `--sfl-preset` for Table 3's four scales;
 - Kinetix's entity transformer (default) or a fast MLP on flat symbolic observations;
 - `--distributed` for several hosts (only process 0 logs and checkpoints) and exactly-resumable
-  checkpoints (`--save-every`, `--resume`).
+  checkpoints (`--save-every`, `--resume`);
+- minutes of compilation on a CPU before the first update, so: JAX's persistent compilation cache, the
+  update's float flags traced (a grid over lr, epsilon, COM or budget shares one program), Kinetix's step
+  and level sampler traced once for the update and SFL, the update compiled beside the first SFL buffer.
 """
 import json
 import math
@@ -23,7 +26,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
-from functools import partial
+from functools import cache, partial
 from typing import NamedTuple, Optional
 
 import flax.linen as nn
@@ -171,7 +174,7 @@ class Args:
     compile_cache: bool = True
     """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
     a rerun, a resumed run or a grid point with the same shapes and flags skips compilation (--no-compile-cache or
-    JAX_ENABLE_COMPILATION_CACHE=false: off; off with --distributed)"""
+    JAX_ENABLE_COMPILATION_CACHE=false: off)"""
 
     # Checkpoints and several hosts
     save_every: int = 0
@@ -510,10 +513,11 @@ def decoupled_policy_loss(newlogprob, prox_logprob, behav_logprob, advantages, c
     if imp_samp_max > 0:
         logp_adj = jnp.maximum(behav_logprob, jax.lax.stop_gradient(newlogprob) - math.log(imp_samp_max))
     pg_losses = -advantages * jnp.exp(newlogprob - logp_adj)
-    clipped_logratio = jnp.clip(logratio, math.log(1.0 - clip_coef), math.log(1.0 + clip_coef))
+    low, high = jnp.log(1.0 - clip_coef), jnp.log(1.0 + clip_coef)  # clip_coef may be traced
+    clipped_logratio = jnp.clip(logratio, low, high)
     pg_losses2 = -advantages * jnp.exp(clipped_logratio + prox_logprob - logp_adj)
     loss = jnp.maximum(pg_losses, pg_losses2).mean()
-    clipfrac = ((logratio < math.log(1.0 - clip_coef)) | (logratio > math.log(1.0 + clip_coef))).mean()
+    clipfrac = ((logratio < low) | (logratio > high)).mean()
     if imp_samp_max > 0:
         imp_samp_clipfrac = (newlogprob - behav_logprob > math.log(imp_samp_max)).mean()
     else:
@@ -625,7 +629,7 @@ class Env(NamedTuple):
     example_obs: object  # shapes and dtypes of one observation (an array, or Kinetix's EntityObservation)
     action_dims: tuple
     max_episode_steps: int
-    handmade: tuple  # (names, levels) of the hand-designed levels Kinetix ships for this size
+    handmade: callable  # () -> (names, levels) of the hand-designed levels Kinetix ships for this size (slow: called at the first evaluation)
 
 
 def make_env(args):
@@ -658,14 +662,17 @@ def make_env(args):
         obs, state, reward, done, info = env.step(key, state, action, env_params, level)
         return obs, state, reward, done, info["GoalR"] & done
 
-    import kinetix
+    def handmade():  # Kinetix parses a level's JSON one small array at a time: tens of seconds for size s's 10 on a CPU
+        import kinetix
 
-    folder = os.path.join(os.path.dirname(kinetix.__file__), "levels", args.env_size)
-    names = sorted(f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json"))
-    handmade, _ = load_evaluation_levels([f"{args.env_size}/{n}.json" for n in names], static_env_params_override=static_params)
+        folder = os.path.join(os.path.dirname(kinetix.__file__), "levels", args.env_size)
+        names = sorted(f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json"))
+        levels, _ = load_evaluation_levels([f"{args.env_size}/{n}.json" for n in names], static_env_params_override=static_params)
+        return tuple(names), levels
+
     dims = tuple(int(n) for n in np.asarray(env.action_space(env_params).number_of_dims_per_distribution))
     example_obs = jax.eval_shape(lambda key: reset(key, sample_level(key))[0], jax.random.PRNGKey(0))
-    return Env(sample_levels, reset, step, example_obs, dims, int(env_params.max_timesteps), (tuple(names), handmade))
+    return Env(sample_levels, reset, step, example_obs, dims, int(env_params.max_timesteps), handmade)
 
 
 class Transition(NamedTuple):
@@ -696,9 +703,39 @@ class Buffer(NamedTuple):
     success_rates: jnp.ndarray
 
 
+# Kinetix's reset, step and level sampler take seconds to a minute each to trace and batch on a CPU. The two functions
+# below are jitted with them as static arguments, so each is traced once per shape for the whole process: the update's
+# rollout and SFL's rollouts (num-envs wide) share one trace, as do the update's fresh levels and SFL's candidates.
+@partial(jax.jit, static_argnums=0)
+def keyed(fn, rng, ids, *args):
+    """vmap of fn over envs, each with its own key fold_in(rng, global id)."""
+    return jax.vmap(lambda i, *a: fn(jax.random.fold_in(rng, i), *a))(ids, *args)
+
+
+@partial(jax.jit, static_argnums=(0, 1, 4))
+def levels_by_index(sample_levels, pool, rng, first, n):
+    """Random levels number first ... first + n - 1 of the stream keyed by rng, drawn in pools of `pool` keyed by the
+    pool's index, so that any split over devices draws the same levels."""
+    pools = jax.vmap(lambda j: sample_levels(jax.random.fold_in(rng, j), pool))(first // pool + jnp.arange(n // pool))
+    return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), pools)
+
+
 def strong(tree):
     """The same arrays without weak types, so that a jitted function sees one signature and compiles once."""
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), tree)
+
+
+def hyperparameters(args):
+    """The float flags the update takes as traced values, float32: one compiled program serves every value of them (a
+    grid over the learning rate, clip epsilon or COM, a run's budget, a resume with a new COM or epsilon), so the
+    persistent compilation cache serves them all. The flags that shape the program stay Python constants."""
+    updates = args.num_iterations * args.update_epochs * args.num_minibatches
+    values = {"learning_rate": args.learning_rate, "lr_anneal_updates": updates, "clip_coef": args.clip_coef,
+              "vf_clip_coef": args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef,
+              "ent_coef": args.ent_coef, "vf_coef": args.vf_coef, "max_grad_norm": args.max_grad_norm,
+              "gamma": args.gamma, "gae_lambda": args.gae_lambda,
+              "ewma_beta": ewma_beta(args.ewma_com) if args.ewma_com is not None else 0.0}
+    return {name: np.float32(value) for name, value in values.items()}
 
 
 def make_train(args, env):
@@ -712,16 +749,24 @@ def make_train(args, env):
     network = model(env.action_dims, args.hidden_size, args.num_layers)
     local_envs = args.num_envs // args.num_devices
     local_mb = args.minibatch_size // args.num_devices
-    if args.anneal_lr:
-        schedule = optax.linear_schedule(args.learning_rate, 0.0, args.num_iterations * args.update_epochs * args.num_minibatches)
-    else:
-        schedule = optax.constant_schedule(args.learning_rate)
-    tx = optax.chain(optax.clip_by_global_norm(args.max_grad_norm), optax.adam(schedule, eps=1e-5))
     ewma = args.ewma_com is not None
-    beta = ewma_beta(args.ewma_com) if ewma else 0.0
-    vf_clip_coef = args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef
+    constants = hyperparameters(args)  # for the optimizer state's structure and the host's log of the learning rate
     fresh_positions, buffer_positions_ = (jnp.asarray(x) for x in buffer_positions(args.num_envs, args.num_devices, args.sfl_sample_ratio))
+    local_fresh = fresh_positions.shape[1]
     pool = args.level_filter_pool if args.filter_levels else 1
+
+    def schedule(count, h=constants):
+        """The learning rate after `count` minibatch steps: linear to 0 over the run if --anneal-lr (CleanRL's and
+        PureJaxRL's annealing, optax.linear_schedule's formula), of h's values, traced or not."""
+        if not args.anneal_lr:
+            return h["learning_rate"] + 0 * count
+        return h["learning_rate"] * (1 - jnp.clip(count, 0, h["lr_anneal_updates"]) / h["lr_anneal_updates"])
+
+    def optimizer(h):
+        """Adam after clipping the global norm, at schedule's learning rate; one structure for any h (one checkpoint)."""
+        return optax.chain(optax.clip_by_global_norm(h["max_grad_norm"]), optax.adam(partial(schedule, h=h), eps=1e-5))
+
+    tx = optimizer(constants)  # its state's structure, for init
 
     def global_ids(n_local):
         return jax.lax.axis_index("d") * n_local + jnp.arange(n_local)
@@ -730,20 +775,19 @@ def make_train(args, env):
         logits, value = network.apply(params, obs)
         return log_policy(logits, layout), value
 
-    def keyed(fn, rng, ids, *args_):
-        """vmap of fn over envs, each with its own key fold_in(rng, global id)."""
-        return jax.vmap(lambda i, *a: fn(jax.random.fold_in(rng, i), *a))(ids, *args_)
+    reset_envs, step_envs = partial(keyed, env.reset), partial(keyed, env.step)
 
     def init(rng):
         rng, k_net = jax.random.split(rng)
         params = network.init(k_net, jax.tree.map(lambda x: jnp.zeros((1,) + x.shape, x.dtype), env.example_obs))
         return strong(Shared(params, tx.init(params), params, jnp.ones(()), rng))
 
-    def levels_by_index(rng, first, n):
-        """Random levels number first ... first + n - 1 of the stream keyed by rng, drawn in pools of
-        `pool` keyed by the pool's index, so that any split over devices draws the same levels."""
-        pools = jax.vmap(lambda j: env.sample_levels(jax.random.fold_in(rng, j), pool))(first // pool + jnp.arange(n // pool))
-        return jax.tree.map(lambda x: x.reshape((n,) + x.shape[2:]), pools)
+    def candidate_levels(rng, first):
+        """levels_by_index(..., rng, first, local_envs), drawn in pieces the size of an update's fresh levels where
+        they divide it: the same levels, from the sampler the update traced."""
+        piece = local_fresh if local_fresh and local_envs % local_fresh == 0 else local_envs
+        pieces = [levels_by_index(env.sample_levels, pool, rng, first + j * piece, piece) for j in range(local_envs // piece)]
+        return strong(jax.tree.map(lambda *x: jnp.concatenate(x), *pieces))  # the update's types: one trace of the step
 
     def rollout_levels(rng, buffer):
         """Each env's level for this rollout: a share rho from the buffer (picked uniformly), the rest fresh
@@ -753,40 +797,43 @@ def make_train(args, env):
         k_fresh, k_pick = jax.random.split(rng)
         example = jax.tree.map(lambda x: x[0], buffer.levels)
         levels = jax.tree.map(lambda x: jnp.zeros((local_envs,) + x.shape, x.dtype), example)
-        if fresh_pos.shape[0]:  # the k-th fresh env over all devices gets fresh level k
-            fresh = levels_by_index(k_fresh, device * fresh_pos.shape[0], fresh_pos.shape[0])
+        if local_fresh:  # the k-th fresh env over all devices gets fresh level k
+            fresh = levels_by_index(env.sample_levels, pool, k_fresh, device * local_fresh, local_fresh)
             levels = jax.tree.map(lambda x, f: x.at[fresh_pos].set(f), levels, fresh)
         if buffer_pos.shape[0]:
             picks = keyed(lambda k: jax.random.randint(k, (), 0, args.sfl_buffer_size), k_pick, global_ids(local_envs)[buffer_pos])
             levels = jax.tree.map(lambda x, b: x.at[buffer_pos].set(b[picks]), levels, buffer.levels)
         return levels
 
-    def loss_fn(params, prox_logprob, mb, advantages, targets):
+    def loss_fn(params, prox_logprob, mb, advantages, targets, h):
         logp, newvalue = policy_and_value(params, mb.obs)
         newlogprob = log_prob(logp, mb.action)
         pg_loss, clipfrac, imp_samp_clipfrac = decoupled_policy_loss(newlogprob, prox_logprob, mb.logprob, advantages,
-                                                                     args.clip_coef, args.imp_samp_max)
+                                                                     h["clip_coef"], args.imp_samp_max)
         if args.clip_vloss:
-            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -vf_clip_coef, vf_clip_coef)
+            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -h["vf_clip_coef"], h["vf_clip_coef"])
             v_loss = 0.5 * jnp.maximum((newvalue - targets) ** 2, (v_clipped - targets) ** 2).mean()
         else:
             v_loss = 0.5 * ((newvalue - targets) ** 2).mean()
         entropy_loss = entropy(logp).mean()
-        loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+        loss = pg_loss - h["ent_coef"] * entropy_loss + h["vf_coef"] * v_loss
         return loss, (pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac)
 
-    def update(shared, buffer):
+    def update(shared, buffer, h):
+        """One PPO update on this device's share. `h`: hyperparameters(args), traced, so that other values of those
+        flags run this same program."""
+        tx = optimizer(h)
         rng, k_levels, k_reset, k_roll, k_epochs = jax.random.split(shared.rng, 5)
         ids = global_ids(local_envs)
         levels = rollout_levels(k_levels, buffer)
-        obs, env_state = keyed(env.reset, k_reset, ids, levels)
+        obs, env_state = reset_envs(k_reset, ids, levels)
 
         def env_step(carry, step_key):
             env_state, obs, episode_return = carry
             logp, value = policy_and_value(shared.params, obs)
             k_action, k_env = jax.random.split(step_key)
             action = keyed(lambda k, lp: jax.random.categorical(k, lp), k_action, ids, logp)
-            next_obs, env_state, reward, done, solved = keyed(env.step, k_env, ids, env_state, action, levels)
+            next_obs, env_state, reward, done, solved = step_envs(k_env, ids, env_state, action, levels)
             episode_return = episode_return + reward
             transition = Transition(obs, action, log_prob(logp, action), logp, value, reward, done.astype(jnp.float32))
             stats = (done, episode_return * done, solved)
@@ -795,7 +842,7 @@ def make_train(args, env):
         (_, last_obs, _), (traj, stats) = jax.lax.scan(env_step, (env_state, obs, jnp.zeros(local_envs)),
                                                        jax.random.split(k_roll, args.num_steps))
         advantages, targets = compute_gae(traj.reward, traj.value, traj.done, policy_and_value(shared.params, last_obs)[1],
-                                          args.gamma, args.gae_lambda)
+                                          h["gamma"], h["gae_lambda"])
 
         def update_minibatch(carry, minibatch):
             params, opt_state, prox_params, ewma_weight = carry
@@ -805,12 +852,12 @@ def make_train(args, env):
                 std = jnp.sqrt(jax.lax.pmean(((mb_advantages - mean) ** 2).mean(), "d"))
                 mb_advantages = (mb_advantages - mean) / (std + 1e-8)
             prox_logprob = log_prob(policy_and_value(prox_params, mb.obs)[0], mb.action) if ewma else mb.logprob
-            (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets)
+            (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets, h)
             grads = jax.lax.pmean(grads, "d")  # every device holds an equal share of the minibatch
             updates, opt_state = tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             if ewma:
-                prox_params, ewma_weight = ewma_update(prox_params, params, beta, ewma_weight, args.ewma_bias_correction)
+                prox_params, ewma_weight = ewma_update(prox_params, params, h["ewma_beta"], ewma_weight, args.ewma_bias_correction)
             else:
                 prox_params = params
             return (params, opt_state, prox_params, ewma_weight), (*jax.lax.pmean(aux, "d"), optax.global_norm(grads))
@@ -858,13 +905,13 @@ def make_train(args, env):
         n = jax.tree.leaves(levels)[0].shape[0]
         ids = global_ids(n) if ids is None else ids
         k_reset, k_run = jax.random.split(rng)
-        obs, state = keyed(env.reset, k_reset, ids, levels)
+        obs, state = reset_envs(k_reset, ids, levels)
 
         def body(carry, step_key):
             obs, state, successes, episodes, first, running = carry
             k_action, k_env = jax.random.split(step_key)
             action = keyed(lambda k, lp: jax.random.categorical(k, lp), k_action, ids, policy_and_value(params, obs)[0])
-            obs, state, _, done, solved = keyed(env.step, k_env, ids, state, action, levels)
+            obs, state, _, done, solved = step_envs(k_env, ids, state, action, levels)
             first = first | (running & solved)
             return (obs, state, successes + solved, episodes + done, first, running & ~done), None
 
@@ -880,7 +927,7 @@ def make_train(args, env):
 
         def chunk(c):
             ids = c * args.num_envs + global_ids(local_envs)  # candidate c * num_envs + i is env i's level in chunk c
-            levels = levels_by_index(k_levels, ids[0], local_envs)
+            levels = candidate_levels(k_levels, ids[0])
             successes, episodes, _ = play(shared.params, jax.random.fold_in(k_play, c), levels, args.sfl_rollout_length, ids)
             _, p = learnability(successes, episodes)
             return buffer_score(p), p, ids, levels
@@ -920,6 +967,16 @@ def restore_checkpoint(path, target):
     return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"], meta.get("train_seconds", 0.0)
 
 
+def barrier(name):
+    """With several processes, wait until every one is here (JAX's coordination service, not a collective): one that
+    compiled sooner, or loaded its programs from the cache, would otherwise wait at the first collective for the
+    others, and Gloo (CPU hosts) gives up after 30 s."""
+    if jax.process_count() > 1:
+        from jax._src import distributed  # the coordination service's client, as JAX's own checkpointing reaches it
+
+        distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=3_600_000)
+
+
 def host(x):
     """This process's copy of a replicated array (all of it; works across hosts, unlike device_get)."""
     return np.asarray(x.addressable_data(0))
@@ -927,10 +984,9 @@ def host(x):
 
 def use_compile_cache(args):
     """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
-    anything compiles (checking the flags builds the env): JAX settles the cache at its first compilation."""
-    # off with --distributed: a process that loads a program from the cache reaches the first collective long before
-    # one that compiles it, and the wait can outlast the collective's timeout (Gloo's 30 s on CPU hosts, seen in tests)
-    if not args.compile_cache or args.distributed or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
+    anything compiles (checking the flags builds the env): JAX settles the cache at its first compilation. With
+    --distributed too: every process waits for the others before a program's first collective (barrier)."""
+    if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
         jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
         return
     default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
@@ -938,22 +994,26 @@ def use_compile_cache(args):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, SFL, init and evaluation
 
 
+def over_devices(init, update, sfl_update, evaluate, mesh):
+    """make_train's functions of one device's share, jitted over the mesh's devices (every argument and result
+    replicated: each device's share of the envs is picked inside the functions by its axis index)."""
+    shard, R = partial(jax.shard_map, mesh=mesh, check_vma=False), P()
+    return (jax.jit(shard(init, in_specs=R, out_specs=R)),
+            jax.jit(shard(update, in_specs=(R, R, R), out_specs=(R, R)), donate_argnums=0),
+            jax.jit(shard(sfl_update, in_specs=(R, R), out_specs=R)),
+            jax.jit(shard(evaluate, in_specs=(R, R, R), out_specs=R)))
+
+
 def main(args):
     env = make_env(args)
     init, update, sfl_update, evaluate, schedule = make_train(args, env)
     mesh = Mesh(np.array(jax.devices()), ("d",))
-    shard = partial(jax.shard_map, mesh=mesh, check_vma=False)
-    R = P()  # replicated: each device's share of the envs is picked inside the functions by its axis index
-    replicated = NamedSharding(mesh, R)
+    init, update, sfl_update, evaluate = over_devices(init, update, sfl_update, evaluate, mesh)
+    replicated = NamedSharding(mesh, P())
 
     def replicate(tree):
         """Host arrays -> global arrays replicated on every device of every process (what a jit here expects)."""
         return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), replicated, lambda i: np.asarray(x)[i]), tree)
-
-    init = jax.jit(shard(init, in_specs=R, out_specs=R))
-    update = jax.jit(shard(update, in_specs=(R, R), out_specs=(R, R)), donate_argnums=0)
-    sfl_update = jax.jit(shard(sfl_update, in_specs=(R, R), out_specs=R))
-    evaluate = jax.jit(shard(evaluate, in_specs=(R, R, R), out_specs=R))
 
     rng = jax.random.fold_in(jax.random.PRNGKey(args.seed), 1)  # apart from the evaluation set's PRNGKey(--eval-levels-seed)
     rng, k_init, k_sfl = jax.random.split(rng, 3)
@@ -965,15 +1025,21 @@ def main(args):
     # the update compiles on a second thread while this one builds the first SFL buffer (its own compilation and the
     # filtering rollouts): XLA compiles without holding the GIL, so on two or more cores the two overlap
     compiler = ThreadPoolExecutor(max_workers=1)
-    shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated), shapes)
+    hyper = replicate(hyperparameters(args))  # traced: other values of these flags run the same program
+    shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated), (*shapes, hyper))
     compiled_update = compiler.submit(lambda: update.lower(*shapes).compile())
+    sfl_update = sfl_update.lower(shapes[0], jax.ShapeDtypeStruct(k_sfl.shape, k_sfl.dtype, sharding=replicated)).compile()
+    barrier("sfl_update compiled")
     if args.resume is None:
         shared = init(replicate(k_init))
-    # the evaluation set: --num-eval-levels random levels drawn once with --eval-levels-seed (the same for
-    # every --seed, as Kinetix's PRNGKey(100) set), then the hand-designed levels; every process draws it alike
-    sampled = jax.device_get(jax.jit(env.sample_levels, static_argnums=1)(jax.random.PRNGKey(args.eval_levels_seed), args.num_eval_levels))
-    handmade_names, handmade_levels = env.handmade
-    eval_levels = replicate(jax.tree.map(lambda a, b: np.concatenate([np.asarray(a), np.asarray(b)]), sampled, handmade_levels))
+    @cache  # at the first evaluation: drawing and loading it takes a minute on a CPU
+    def evaluation_set():
+        """--num-eval-levels random levels drawn once with --eval-levels-seed (the same for every --seed, as
+        Kinetix's PRNGKey(100) set), then the hand-designed levels' names and levels; every process draws it alike."""
+        sampled = jax.jit(env.sample_levels, static_argnums=1)(jax.random.PRNGKey(args.eval_levels_seed), args.num_eval_levels)
+        names, handmade = env.handmade()
+        return names, replicate(jax.tree.map(lambda a, b: np.concatenate([np.asarray(a), np.asarray(b)]), jax.device_get(sampled), handmade))
+
     eval_rng = jax.random.PRNGKey(args.seed + 10_000)  # evaluation never draws from the training stream
 
     lead = jax.process_index() == 0  # only process 0 logs and checkpoints
@@ -1018,7 +1084,8 @@ def main(args):
             log("sfl/buffer_solve_rate", host(buffer.success_rates).mean(), global_step)
         if iteration == start_iteration + 1:
             update = compiled_update.result()
-        shared, metrics = update(shared, buffer)
+            barrier("update compiled")
+        shared, metrics = update(shared, buffer, hyper)
         metrics = jax.tree.map(host, metrics)
         global_step += args.batch_size
         episodes, ret_sum, solved = (metrics.pop(k) for k in ("episodes", "episode_return_sum", "episodes_solved"))
@@ -1032,6 +1099,7 @@ def main(args):
         log("charts/learning_rate", float(schedule(iteration * args.update_epochs * args.num_minibatches)), global_step)
         if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations):
             k_eval = replicate(jax.random.fold_in(eval_rng, iteration))
+            handmade_names, eval_levels = evaluation_set()
             per_level = host(evaluate(shared.params, k_eval, eval_levels))
             log("eval/solve_rate_sampled", per_level[: args.num_eval_levels].mean(), global_step)
             log("eval/solve_rate_handmade", per_level[args.num_eval_levels :].mean(), global_step)

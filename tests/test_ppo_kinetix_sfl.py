@@ -237,12 +237,13 @@ def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag, env):
 
 @pytest.mark.parametrize("flags, env, cached", [([], {}, True), (["--no-compile-cache"], {}, False),
                                                 ([], {"JAX_ENABLE_COMPILATION_CACHE": "false"}, False),
-                                                (["--distributed"], {}, False)])
+                                                (["--distributed"], {}, True)])
 def test_the_compile_cache_is_on_unless_turned_off(tmp_path, flags, env, cached):
     """use_compile_cache, as __main__ calls it before anything compiles: JAX's persistent cache in
-    $JAX_COMPILATION_CACHE_DIR, off with --no-compile-cache, JAX_ENABLE_COMPILATION_CACHE=false or --distributed
-    (processes that load from it reach the first collective long before one that compiles; the program the
-    first update compiles is then kept: SFL's minutes before it, once per shapes and flags)."""
+    $JAX_COMPILATION_CACHE_DIR, off with --no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false, on with
+    --distributed too (every process waits at a barrier before a program's first collective: the two-process run in
+    test_ppo_kinetix_sfl_runs.py); the program the first update compiles is then kept: SFL's minutes before it, once
+    per shapes."""
     code = ("import sys, jax; from conftest import load_script; m = load_script('ppo_kinetix_sfl'); "
             f"m.use_compile_cache(m.Args(**{{'--no-compile-cache': {{'compile_cache': False}}, '--distributed': "
             f"{{'distributed': True}}}}.get(({flags!r} or [''])[0], {{}}))); "
@@ -252,3 +253,66 @@ def test_the_compile_cache_is_on_unless_turned_off(tmp_path, flags, env, cached)
     assert result.returncode == 0, result.stderr[-3000:]
     enabled, directory = result.stdout.split()
     assert enabled == str(cached) and (directory == str(tmp_path) or not cached)
+
+
+def test_a_grid_over_lr_epsilon_com_or_budget_shares_one_program_and_traces_kinetix_once(sfl):
+    """The float flags a grid varies are arguments of the compiled update, not constants in it: other values (and
+    another budget, whose lr annealing spans other updates) lower to the same program, which the persistent cache
+    then serves; a flag that shapes the program does not. Kinetix's step and level sampler, slow to trace, are traced
+    once in the process: the update's rollout and SFL's candidate rollouts (both num-envs wide) share the step, the
+    update's fresh levels and SFL's candidates (drawn in pieces of the update's size) the sampler, and another grid
+    point traces neither again. (That the traced flags train as the constants did: a tiny run before and after the
+    change gave the same numbers, KL aside at 2e-4 relative; the learning-rate schedule is tested below.)"""
+    import jax
+
+    calls = {"step": 0, "sample_levels": 0}
+
+    def counted(name, fn):
+        def traced(*a):
+            calls[name] += 1
+            return fn(*a)
+        return traced
+
+    def lowered(**flags):
+        args = sfl.resolve_args(sfl.Args(env_size="s", model="mlp", num_envs=8, num_steps=4, num_minibatches=2,
+                                          update_epochs=1, sfl_num_candidates=16, sfl_buffer_size=4, sfl_rollout_length=4,
+                                          level_filter_pool=4, **{"total_timesteps": 32 * 10, **base, **flags}), num_devices=1)
+        init, update, sfl_update, evaluate, _ = sfl.make_train(args, env)
+        init, update, sfl_update, _ = sfl.over_devices(init, update, sfl_update, evaluate, Mesh(np.array(jax.devices()), ("d",)))
+        key = jax.random.PRNGKey(0)
+        shared, buffer = jax.eval_shape(lambda: (init(key), sfl_update(init(key), key)))
+        return update.lower(shared, buffer, sfl.hyperparameters(args)).as_text()
+
+    from jax.sharding import Mesh
+
+    base = dict(ewma_com=100.0, anneal_lr=True)
+    env = sfl.make_env(sfl.resolve_args(sfl.Args(env_size="s", model="mlp", num_envs=8, sfl_num_candidates=8,
+                                                 sfl_buffer_size=4, level_filter_pool=4), num_devices=1))
+    env = env._replace(step=counted("step", env.step), sample_levels=counted("sample_levels", env.sample_levels))
+    program = lowered()
+    assert calls == {"step": 1, "sample_levels": 1}
+    assert lowered(learning_rate=1e-4, clip_coef=0.1, vf_clip_coef=0.5, ewma_com=10.0, total_timesteps=32 * 30, gamma=0.9,
+                   gae_lambda=0.8, ent_coef=0.02, vf_coef=1.0, max_grad_norm=1.0) == program
+    assert lowered(hidden_size=32) != program
+    assert calls == {"step": 1, "sample_levels": 1}
+
+
+@pytest.mark.parametrize("anneal", [True, False])
+def test_learning_rate_schedule_is_optax_linear_schedule(sfl, anneal):
+    """The schedule the update computes from its traced flags (and the host logs) against optax's own, at random
+    rates and the edges: the first step, the last, past the last."""
+    import optax
+
+    rng = np.random.default_rng(0)
+    for lr in rng.uniform(1e-5, 1e-2, size=3):
+        args = sfl.resolve_args(sfl.Args(env_size="s", model="mlp", num_envs=8, num_steps=4, num_minibatches=2,
+                                         update_epochs=2, sfl_num_candidates=16, sfl_buffer_size=4, level_filter_pool=4,
+                                         total_timesteps=32 * 7, learning_rate=float(lr), anneal_lr=anneal), num_devices=1)
+        env = sfl.Env(*[None] * 4, (1,), 1, None)  # the schedule reads no env
+        schedule = sfl.make_train(args, env)[4]
+        updates = args.num_iterations * 4
+        reference = optax.linear_schedule(lr, 0.0, updates) if anneal else optax.constant_schedule(lr)
+        counts = np.array([0, 1, updates // 2, updates - 1, updates, updates + 5, *rng.integers(0, updates, 5)])
+        np.testing.assert_allclose(np.asarray(schedule(counts)), np.asarray(reference(counts)), rtol=1e-6, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(schedule(counts, sfl.hyperparameters(args))), np.asarray(reference(counts)),
+                                   rtol=1e-6, atol=1e-12)
