@@ -481,13 +481,16 @@ class Attempt:
                 if tb_run.name.rsplit("__", 2)[1] == str(member["seed"]):
                     tb_run.rename(m / "runs" / tb_run.name)
         drop = state == "failed" and newest_checkpoint(d) is None
-        record = {"returncode": returncode, "seconds": round(time.time() - start, 1), "log": str(d / "stdout.log"),
+        record = {"returncode": returncode, "seconds": round(time.time() - start, 1),
                   "resumed_from": checkpoint and str(checkpoint), **({"pack": [m["name"] for m in pack]} if len(pack) > 1 else {})}
         for m in dirs:
+            if m != d:  # the pack's one log, in every member's directory (the earlier attempts' kept as alone)
+                rotate_log(m)
+                shutil.copy(d / "stdout.log", m / "stdout.log")
             if drop:  # keep the log, drop what the run half-wrote
                 for partial in ("runs", "wandb"):
                     shutil.rmtree(m / partial, ignore_errors=True)
-            write_json(m / f"{state}.json", record)
+            write_json(m / f"{state}.json", {**record, "log": str(m / "stdout.log")})
         return state
 
     def follow(self, run, store, task):
@@ -548,14 +551,23 @@ def task_flags(task):
     return ["--distributed", "--coordinator-address", coordinator, "--num-processes", str(count), "--process-id", str(rank)]
 
 
+def failure_code(store, run):
+    return json.loads((Path(store) / run["name"] / "failed.json").read_text())["returncode"]
+
+
 def attempt_with_retries(run, store, retries, env=None, cpus=None, attempt=None):
     """Run until done, busy elsewhere or preempted, retrying a failure (not bad input) up to `retries` times."""
     attempt = attempt or Attempt()
     for n in range(1 + retries):
         state = attempt(run, store, env, cpus)
-        if state != "failed":  # (or {name: state} of a pack run one by one)
+        if isinstance(state, dict):  # a pack run one by one: a member that failed gets the attempts left
+            for m in members(run):
+                if state[m["name"]] == "failed" and retries - n > 0 and failure_code(store, m) != BAD_INPUT:
+                    state[m["name"]] = attempt_with_retries(m, store, retries - n - 1, env, cpus, attempt)
             return state
-        code = json.loads((Path(store) / run["name"] / "failed.json").read_text())["returncode"]
+        if state != "failed":
+            return state
+        code = failure_code(store, run)
         print(f"failed with exit status {code} (attempt {n + 1} of {1 + retries}): {run['name']}", flush=True)
         if code == BAD_INPUT:
             break

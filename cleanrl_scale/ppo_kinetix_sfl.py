@@ -1029,7 +1029,6 @@ def main(args):
     shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated), (*shapes, hyper))
     compiled_update = compiler.submit(lambda: update.lower(*shapes).compile())
     sfl_update = sfl_update.lower(shapes[0], jax.ShapeDtypeStruct(k_sfl.shape, k_sfl.dtype, sharding=replicated)).compile()
-    barrier("sfl_update compiled")
     if args.resume is None:
         shared = init(replicate(k_init))
     @cache  # at the first evaluation: drawing and loading it takes a minute on a CPU
@@ -1076,6 +1075,7 @@ def main(args):
     progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
                     dynamic_ncols=True, disable=not lead)
     start_time, start_step = time.time(), global_step
+    barrier("set up")  # SFL's program compiled: it holds collectives
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if (iteration - 1) % args.sfl_update_period == 0:
             buffer = sfl_update(shared, replicate(jax.random.fold_in(k_sfl, iteration)))
@@ -1097,7 +1097,9 @@ def main(args):
             log(tag, value, global_step)
         log("charts/ddr", args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12), global_step)
         log("charts/learning_rate", float(schedule(iteration * args.update_epochs * args.num_minibatches)), global_step)
-        if args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations):
+        evaluating = args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations)
+        saving = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)
+        if evaluating:
             k_eval = replicate(jax.random.fold_in(eval_rng, iteration))
             handmade_names, eval_levels = evaluation_set()
             per_level = host(evaluate(shared.params, k_eval, eval_levels))
@@ -1105,10 +1107,12 @@ def main(args):
             log("eval/solve_rate_handmade", per_level[args.num_eval_levels :].mean(), global_step)
             for name, solved_level in zip(handmade_names, per_level[args.num_eval_levels :]):
                 log(f"eval_handmade/{name}", solved_level, global_step)
-        if lead and args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations):
+        if lead and saving:
             os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
             save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", shared, buffer, iteration, global_step,
                             train_seconds + time.time() - start_time, args)
+        if evaluating or saving:  # work of differing length on each process (a compilation, a write on process 0)
+            barrier(f"after update {iteration}")
         sps = int((global_step - start_step) / (time.time() - start_time))
         log("charts/SPS", sps, global_step)
         log("charts/train_seconds", train_seconds + time.time() - start_time, global_step)  # Fig. 16b's x axis

@@ -114,3 +114,19 @@ def finish_ok(process, workdir, timeout=900):
 def run_ok(script, args, workdir, timeout=900, extra_env=None):
     """Run a copy of `script` that must succeed: (run_dir, result, scalars, texts) of its one run."""
     return finish_ok(start_copy(script, args, workdir, extra_env=extra_env), workdir, timeout)
+
+
+def assert_schedule_is_optax(script, args_and_schedule, anneal):
+    """A JAX script's learning-rate schedule (make_train's; of the flags as constants and of hyperparameters(args) as
+    the update traces them, which the host logs too) against optax.linear_schedule / constant_schedule, at random
+    rates and the edges: the first step, the last, past the last. args_and_schedule(lr) -> (args, schedule)."""
+    import optax
+
+    rng = np.random.default_rng(0)
+    for lr in rng.uniform(1e-5, 1e-2, size=3):
+        args, schedule = args_and_schedule(float(lr))
+        updates = args.num_iterations * args.update_epochs * args.num_minibatches
+        reference = optax.linear_schedule(lr, 0.0, updates) if anneal else optax.constant_schedule(lr)
+        counts = np.array([0, 1, updates // 2, updates - 1, updates, updates + 5, *rng.integers(0, updates, 5)])
+        for rates in (schedule(counts), schedule(counts, script.hyperparameters(args))):
+            np.testing.assert_allclose(np.asarray(rates), np.asarray(reference(counts)), rtol=1e-6, atol=1e-12)

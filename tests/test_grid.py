@@ -233,7 +233,9 @@ def test_a_pack_trains_each_seed_into_its_own_run(tmp_path):
     for seed, d in zip((1, 2, 3), dirs):
         (tb_run,) = (d / "runs").iterdir()
         assert tb_run.name.split("__")[2] == str(seed)
-        assert json.loads((d / "done.json").read_text())["pack"] == [p.name for p in dirs]
+        done = json.loads((d / "done.json").read_text())
+        assert done["pack"] == [p.name for p in dirs] and done["log"] == str(d / "stdout.log")
+        assert (d / "stdout.log").read_text().startswith("$ python ppo_ewma_jax.py ")  # the pack's log, in every member
     assert list(dirs[0].glob("runs/*/checkpoints/iter_3.npz")) and not list(dirs[1].glob("runs/*/checkpoints/*"))
     (alone,) = (tmp_path / "alone" / "runs").iterdir()
     assert alone.name == dirs[1].name  # the same run
