@@ -187,10 +187,10 @@ def commands(bench, opts, reference_file, total_timesteps=None):
     return reference, [f"{bench.project}.py", *shared, *project_flags]
 
 
-def timed_run(argv, workdir, copy_from, cache=None):
-    """Run `python argv` in a fresh copy of `copy_from`'s files under `workdir`: (whole-process wall seconds, seconds
-    from launch to its first logged iteration, None for a script that writes no TensorBoard run). JAX's persistent
-    compilation cache is off unless `cache` names its directory (then on for either side)."""
+def timed_run(argv, workdir, copy_from, cache=None, first=False):
+    """Run `python argv` in a fresh copy of `copy_from`'s files under `workdir`: (whole-process wall seconds, if
+    `first` the seconds from launch to its first logged iteration, else None). JAX's persistent compilation cache is
+    off unless `cache` names its directory (then on for either side)."""
     shutil.copytree(copy_from, workdir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled")
@@ -202,9 +202,10 @@ def timed_run(argv, workdir, copy_from, cache=None):
     if result.returncode:
         raise SystemExit(f"vs_reference.py: `python {' '.join(argv)}` in {workdir} exited {result.returncode}:\n"
                          f"{result.stderr[-3000:]}")
-    runs = run_dirs(workdir) if (workdir / "runs").is_dir() else []
-    first = read_run(runs[0])[0]["charts/SPS"][0].wall_time - launched if runs else None
-    return seconds, first
+    if first:
+        (run,) = run_dirs(workdir)
+        first = read_run(run)[0]["charts/SPS"][0].wall_time - launched
+    return seconds, first or None
 
 
 def steady_rates(seconds, budgets):
@@ -315,7 +316,8 @@ def main(argv=None):
         firsts = {}  # side -> seconds from launch to the first logged iteration, of the runs at the last budget
 
         def run(side, budget, name):
-            seconds, firsts[side] = timed_run(argvs[side, budget], root / f"{name}_{side}_{budget}", root / side, cache)
+            seconds, firsts[side] = timed_run(argvs[side, budget], root / f"{name}_{side}_{budget}", root / side, cache,
+                                              first=side == "project" and bench.reference.startswith("purejaxrl/"))
             return seconds
 
         report = {"bench": opts.bench, "machine": machine, "reference": argvs["reference", budgets[-1]],

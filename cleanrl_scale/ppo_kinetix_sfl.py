@@ -971,9 +971,9 @@ def barrier(name):
     """With several processes, wait until every one is here (JAX's coordination service, not a collective): one that
     compiled sooner, or loaded its programs from the cache, would otherwise wait at the first collective for the
     others, and Gloo (CPU hosts) gives up after 30 s."""
-    if jax.process_count() > 1:
-        from jax._src import distributed  # the coordination service's client, as JAX's own checkpointing reaches it
+    from jax._src import distributed  # the coordination service's client, as JAX's own checkpointing reaches it
 
+    if jax.process_count() > 1 and distributed.global_state.client is not None:
         distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=3_600_000)
 
 
@@ -1031,6 +1031,7 @@ def main(args):
     sfl_update = sfl_update.lower(shapes[0], jax.ShapeDtypeStruct(k_sfl.shape, k_sfl.dtype, sharding=replicated)).compile()
     if args.resume is None:
         shared = init(replicate(k_init))
+
     @cache  # at the first evaluation: drawing and loading it takes a minute on a CPU
     def evaluation_set():
         """--num-eval-levels random levels drawn once with --eval-levels-seed (the same for every --seed, as
@@ -1075,7 +1076,11 @@ def main(args):
     progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
                     dynamic_ncols=True, disable=not lead)
     start_time, start_step = time.time(), global_step
-    barrier("set up")  # SFL's program compiled: it holds collectives
+    # several processes: the update compiled on each before SFL's rollouts (one still compiling it rolls out slower,
+    # and JAX's cache serves only process 0's writes), then all wait for each other, as SFL holds collectives
+    if jax.process_count() > 1:
+        update = compiled_update.result()
+    barrier("set up")
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if (iteration - 1) % args.sfl_update_period == 0:
             buffer = sfl_update(shared, replicate(jax.random.fold_in(k_sfl, iteration)))
@@ -1084,7 +1089,7 @@ def main(args):
             log("sfl/buffer_solve_rate", host(buffer.success_rates).mean(), global_step)
         if iteration == start_iteration + 1:
             update = compiled_update.result()
-            barrier("update compiled")
+            barrier("update ready")
         shared, metrics = update(shared, buffer, hyper)
         metrics = jax.tree.map(host, metrics)
         global_step += args.batch_size
