@@ -81,7 +81,7 @@ from benchmark.common import load_script  # noqa: E402
 
 # Args fields that cannot change what a run learns: left out of its identity
 # (nor the process layout of a run that spans several processes: the scripts train alike on any device split)
-NON_IDENTITY = ("save_every", "track", "wandb_project_name", "wandb_entity", "distributed", "coordinator_address",
+NON_IDENTITY = ("save_every", "keep_checkpoints", "track", "wandb_project_name", "wandb_entity", "distributed", "coordinator_address",
                 "num_processes", "process_id", "coverage_samples", "coverage_every", "fuse_iterations", "unroll",
                 "compile_cache")
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name

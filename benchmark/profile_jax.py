@@ -79,7 +79,7 @@ def load_at(revision):
 def project_program(opts, ewma, overrides):
     """(call(measure) -> metrics, iterations a call, the no-dynamics and the dynamics masks) of the script's jitted
     call at these sizes (and these flags of --variant), compiled and run once."""
-    flags = dict(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=8,
+    flags = dict(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=opts.num_minibatches,
                  update_epochs=4, learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
                  hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000)
     flags.update(overrides)
@@ -137,7 +137,7 @@ def reference_side(opts):
 
     config = dict(PUREJAXRL_CONFIG)
     batch = opts.num_envs * opts.num_steps
-    config.update(ENV_NAME=opts.env_id, NUM_ENVS=opts.num_envs, NUM_STEPS=opts.num_steps, NUM_MINIBATCHES=8,
+    config.update(ENV_NAME=opts.env_id, NUM_ENVS=opts.num_envs, NUM_STEPS=opts.num_steps, NUM_MINIBATCHES=opts.num_minibatches,
                   UPDATE_EPOCHS=4, DEBUG=False)
     trains = {}
     for iterations in (2, 2 + opts.calls):
@@ -174,6 +174,7 @@ def main():
     parser.add_argument("--env-id", default="SpaceInvaders-MinAtar")
     parser.add_argument("--num-envs", type=int, default=4096)
     parser.add_argument("--num-steps", type=int, default=16)
+    parser.add_argument("--num-minibatches", type=int, default=8, help="both sides' (4 epochs each)")
     parser.add_argument("--calls", type=int, default=5, help="timed calls (the reference: extra iterations)")
     parser.add_argument("--repeats", type=int, default=3, help="the reference's timed pairs of runs")
     parser.add_argument("--top", type=int, default=15, help="kernels listed per side")
@@ -182,8 +183,10 @@ def main():
                         help="also time the script with this flag (repeatable: one program each), e.g. unroll=16")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args()
-    if opts.num_envs < 8 or opts.num_steps < 1 or opts.calls < 1 or opts.repeats < 1:
-        raise SystemExit("profile_jax.py: error: --num-envs >= 8, --num-steps >= 1, --calls >= 1 and --repeats >= 1 required")
+    if min(opts.num_envs, opts.num_steps, opts.num_minibatches, opts.calls, opts.repeats) < 1:
+        raise SystemExit("profile_jax.py: error: --num-envs, --num-steps, --num-minibatches, --calls and --repeats must be >= 1")
+    if (opts.num_envs * opts.num_steps) % opts.num_minibatches:
+        raise SystemExit("profile_jax.py: error: --num-minibatches must divide --num-envs x --num-steps")
     report = {"machine": jax_machine(), "options": {k: str(v) for k, v in vars(opts).items()}}
     project = load_script("ppo_ewma_jax")
     unknown = [name for name, _ in opts.variant if name not in project.Args.__dataclass_fields__]

@@ -28,11 +28,15 @@ host loop logs a call's stacked metrics while the next call runs, evaluates and 
 import json
 import math
 import os
+import re
+import signal
 import sys
+import threading
 import time
+import traceback
 import warnings
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from functools import partial
@@ -204,6 +208,8 @@ class Args:
     # Checkpoints
     save_every: int = 0
     """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0 = never)"""
+    keep_checkpoints: int = 3
+    """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
     resume: Optional[str] = None
     """continue from this checkpoint; --ewma-com, --clip-coef and other non-structural flags may change"""
 
@@ -312,8 +318,8 @@ def resolve_args(args):
                  "dynamics_batch", "num_seeds"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "eval_every", "save_every", "dynamics_every", "fuse_iterations", "coverage_every",
-                 "unroll"):
+    for flag in ("minibatch_size", "eval_every", "save_every", "keep_checkpoints", "dynamics_every", "fuse_iterations",
+                 "coverage_every", "unroll"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for field in fields(args):  # inf and nan break every rule below without failing a comparison
@@ -1089,6 +1095,15 @@ def save_checkpoint(path, state, iteration, global_step, train_seconds, args):
     tmp = f"{path}.tmp.npz"
     np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)})
     os.replace(tmp, path)  # never a half-written checkpoint
+    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
+
+
+
+def prune_checkpoints(directory, keep):
+    """Delete all but the newest `keep` checkpoints iter_<i>.npz of a run (keep 0: delete none)."""
+    iterations = sorted(int(name[5:-4]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.npz", name))
+    for iteration in iterations[:-keep] if keep else []:
+        os.remove(os.path.join(directory, f"iter_{iteration}.npz"))
 
 
 def restore_checkpoint(path, target):
@@ -1100,6 +1115,47 @@ def restore_checkpoint(path, target):
         raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
     return (jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves]), meta["iteration"], meta["global_step"],
             meta.get("train_seconds", 0.0))
+
+
+REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
+
+
+class Stop(Exception):
+    """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at the end of the running call, with
+    a checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
+    call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA."""
+
+    def __init__(self):
+        super().__init__()
+        self.signum, self.training, self.checkpoint, self.compiling = None, False, None, []
+        for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+            signal.signal(signum, self.handle)
+
+    def handle(self, signum, frame):
+        if not self.training or (signum == signal.SIGINT and self.signum == signal.SIGINT):
+            self.signum = signum
+            raise self
+        self.signum = self.signum or signum
+
+    @property
+    def exit_status(self):
+        return 128 + signal.SIGINT if self.signum == signal.SIGINT else REQUEUE
+
+
+def in_background(*fns):
+    """Each fn() in turn on a daemon thread, as Futures: a run that stops or fails while XLA compiles does not wait for
+    it (XLA compiles without holding the GIL: on two or more cores the set-up's own small compilations run beside it)."""
+    futures = [Future() for _ in fns]
+
+    def run():
+        for fn, future in zip(fns, futures):
+            try:
+                future.set_result(fn())
+            except BaseException as e:  # handed to whoever asks for the result
+                future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True).start()
+    return futures
 
 
 def resolve_fuse_iterations(args, device=None):
@@ -1130,7 +1186,8 @@ def use_compile_cache(args):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, init and evaluation programs
 
 
-def main(args):
+def main(args, stop):
+    """Train; the exit status (0, or 75 / 130 after a stop with a checkpoint)."""
     resolve_fuse_iterations(args)
     env = make_env(args)
     init, update, evaluate, schedule = make_train(args, env)
@@ -1170,15 +1227,14 @@ def main(args):
         scalars = jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
         return runner, scalars, (metrics["coverage/obs"], metrics["coverage/features"])
 
-    # the update (and the evaluation) compile on a second thread while this one sets the run up: XLA compiles without
-    # holding the GIL, so on two or more cores the set-up's own small compilations run beside it
+    # the update (and the evaluation) compile on a second thread while this one sets the run up
     train_call = jax.jit(train_call, donate_argnums=0)
     evaluate = jax.jit(jax.vmap(evaluate))
     flags_shape = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
-    compiler = ThreadPoolExecutor(max_workers=1)
-    compiled_update = compiler.submit(lambda: train_call.lower(runner_shape, levels_shape, flags_shape, flags_shape, hyper).compile())
+    compiles = [lambda: train_call.lower(runner_shape, levels_shape, flags_shape, flags_shape, hyper).compile()]
     if args.env_id == "locomotion" and args.eval_every:
-        compiled_evaluate = compiler.submit(lambda: evaluate.lower(runner_shape.params, levels_shape, eval_keys).compile())
+        compiles.append(lambda: evaluate.lower(runner_shape.params, levels_shape, eval_keys).compile())
+    compiled_update, *compiled_evaluate = stop.compiling = in_background(*compiles)
     stamp = int(time.time())
     run_names = [f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
     mode = "PPO" if args.ewma_com is None else f"PPO-EWMA (COM {args.ewma_com:g}, beta {ewma_beta(args.ewma_com):.4f})"
@@ -1262,10 +1318,11 @@ def main(args):
         with their seed axis."""
         os.makedirs(f"runs/{run_names[0]}/checkpoints", exist_ok=True)
         state = (runner, levels) if args.num_seeds > 1 else jax.tree.map(lambda x: x[0], (runner, levels))
-        save_checkpoint(f"runs/{run_names[0]}/checkpoints/iter_{iteration}.npz", state, iteration, global_step,
-                        train_seconds + time.time() - start_time, args)
+        stop.checkpoint = f"runs/{run_names[0]}/checkpoints/iter_{iteration}.npz"
+        save_checkpoint(stop.checkpoint, state, iteration, global_step, train_seconds + time.time() - start_time, args)
 
     iteration, pending = start_iteration, None
+    stop.training = True  # a signal now stops the run after the running call, with a checkpoint
     while iteration < args.num_iterations:
         # this call's iterations: up to --fuse-iterations, ending at the next evaluation, checkpoint or the last one
         last = min(iteration + args.fuse_iterations, args.num_iterations)
@@ -1280,29 +1337,49 @@ def main(args):
             log_call(*pending)
         pending, iteration = (iteration + 1, last, measure, *stacked), last
         evaluate_now = locomotion and args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations)
-        save_now = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)
+        save_now = (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)
+                    or stop.signum and iteration < args.num_iterations)
         if evaluate_now or save_now or iteration == args.num_iterations:
             log_call(*pending)
             pending = None
             if evaluate_now:
-                evaluate = compiled_evaluate.result()
+                evaluate = compiled_evaluate[0].result()
                 rngs = jax.vmap(jax.random.fold_in, (0, None))(eval_keys, iteration)
                 solve_rates, eval_returns = jax.device_get(evaluate(runner.params, levels, rngs))
                 for writer, solve_rate, eval_return in zip(writers, solve_rates, eval_returns):
                     writer.add_scalars({"charts/solve_rate": solve_rate, "charts/eval_return": eval_return}, global_step)
             if save_now:
                 checkpoint(iteration)
+        if stop.signum and iteration < args.num_iterations:
+            progress.close()
+            print(f"stopped by signal {stop.signum} after iteration {iteration}; resume with --resume {stop.checkpoint}")
+            break
     progress.close()
     for writer in writers:
         writer.close()
+    return stop.exit_status if stop.signum and iteration < args.num_iterations else 0
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
     use_compile_cache(args)
+    stop = Stop()
     try:
         resolve_args(args)
-        main(args)
+        status = main(args, stop)
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Exception as e:  # stopped before the first call or by a second Ctrl-C, or an error
+        if isinstance(e, Stop):
+            resume = stop.checkpoint or args.resume
+            print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else 'before the first iteration'}); "
+                  + (f"resume with --resume {resume}" if resume else "nothing saved: rerun the command"))
+            status = e.exit_status
+        else:
+            traceback.print_exc()
+            status = 1
+        if any(not future.done() for future in stop.compiling):  # exit now: not when XLA finishes compiling
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(status)
+    sys.exit(status)

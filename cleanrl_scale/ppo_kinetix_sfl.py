@@ -20,10 +20,14 @@ about half of the time, and every batch draws a share rho of its levels from tha
 import json
 import math
 import os
+import re
+import signal
 import sys
+import threading
 import time
+import traceback
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
 from functools import cache, partial
@@ -36,6 +40,7 @@ import numpy as np
 import optax
 import tyro
 from flax.linen.initializers import constant, orthogonal
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from tensorboard.compat.proto.event_pb2 import Event
@@ -179,6 +184,8 @@ class Args:
     # Checkpoints and several hosts
     save_every: int = 0
     """write a checkpoint under runs/{run_name}/checkpoints every this many updates (0 = never)"""
+    keep_checkpoints: int = 3
+    """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
     resume: Optional[str] = None
     """continue from this checkpoint (params, optimizer, SFL buffer, rng, update count); same seed = same run"""
     distributed: bool = False
@@ -300,7 +307,7 @@ def resolve_args(args, num_devices=None):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     check_distributed(args)
-    for flag in ("minibatch_size", "eval_every", "save_every", "dense_reward_scale", "ent_coef", "vf_coef"):
+    for flag in ("minibatch_size", "eval_every", "save_every", "keep_checkpoints", "dense_reward_scale", "ent_coef", "vf_coef"):
         if not getattr(args, flag) >= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "max_grad_norm"):
@@ -955,6 +962,15 @@ def save_checkpoint(path, shared, buffer, iteration, global_step, train_seconds,
     tmp = f"{path}.tmp.npz"
     np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
     os.replace(tmp, path)  # never a half-written checkpoint
+    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
+
+
+
+def prune_checkpoints(directory, keep):
+    """Delete all but the newest `keep` checkpoints iter_<i>.npz of a run (keep 0: delete none)."""
+    iterations = sorted(int(name[5:-4]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.npz", name))
+    for iteration in iterations[:-keep] if keep else []:
+        os.remove(os.path.join(directory, f"iter_{iteration}.npz"))
 
 
 def restore_checkpoint(path, target):
@@ -965,6 +981,46 @@ def restore_checkpoint(path, target):
     if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
         raise BadFlag(f"--resume {path} does not match this network and buffer (array shapes differ)")
     return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"], meta.get("train_seconds", 0.0)
+
+
+REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
+
+
+class Stop(Exception):
+    """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run after the running update, with a
+    checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
+    update there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA."""
+
+    def __init__(self):
+        super().__init__()
+        self.signum, self.training, self.checkpoint, self.compiling = None, False, None, []
+        for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+            signal.signal(signum, self.handle)
+
+    def handle(self, signum, frame):
+        if not self.training or (signum == signal.SIGINT and self.signum == signal.SIGINT):
+            self.signum = signum
+            raise self
+        self.signum = self.signum or signum
+
+    @property
+    def exit_status(self):
+        return 128 + signal.SIGINT if self.signum == signal.SIGINT else REQUEUE
+
+
+def in_background(fn):
+    """fn() on a daemon thread, as a Future: a run that stops or fails while XLA compiles does not wait for it (XLA
+    compiles without holding the GIL: on two or more cores the set-up's own compilations run beside it)."""
+    future = Future()
+
+    def run():
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # handed to whoever asks for the result
+            future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
 
 
 def barrier(name):
@@ -1004,7 +1060,8 @@ def over_devices(init, update, sfl_update, evaluate, mesh):
             jax.jit(shard(evaluate, in_specs=(R, R, R), out_specs=R)))
 
 
-def main(args):
+def main(args, stop):
+    """Train; the exit status (0, or 75 / 130 after a stop with a checkpoint)."""
     env = make_env(args)
     init, update, sfl_update, evaluate, schedule = make_train(args, env)
     mesh = Mesh(np.array(jax.devices()), ("d",))
@@ -1023,11 +1080,11 @@ def main(args):
         restored, start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, shapes)
         shared, buffer = replicate(restored)
     # the update compiles on a second thread while this one builds the first SFL buffer (its own compilation and the
-    # filtering rollouts): XLA compiles without holding the GIL, so on two or more cores the two overlap
-    compiler = ThreadPoolExecutor(max_workers=1)
+    # filtering rollouts)
     hyper = replicate(hyperparameters(args))  # traced: other values of these flags run the same program
     shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated), (*shapes, hyper))
-    compiled_update = compiler.submit(lambda: update.lower(*shapes).compile())
+    compiled_update = in_background(lambda: update.lower(*shapes).compile())
+    stop.compiling = [compiled_update]
     sfl_update = sfl_update.lower(shapes[0], jax.ShapeDtypeStruct(k_sfl.shape, k_sfl.dtype, sharding=replicated)).compile()
     if args.resume is None:
         shared = init(replicate(k_init))
@@ -1090,6 +1147,7 @@ def main(args):
         if iteration == start_iteration + 1:
             update = compiled_update.result()
             barrier("update ready")
+            stop.training = True  # a signal from now on stops the run after the running update, with a checkpoint
         shared, metrics = update(shared, buffer, hyper)
         metrics = jax.tree.map(host, metrics)
         global_step += args.batch_size
@@ -1103,7 +1161,11 @@ def main(args):
         log("charts/ddr", args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12), global_step)
         log("charts/learning_rate", float(schedule(iteration * args.update_epochs * args.num_minibatches)), global_step)
         evaluating = args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations)
-        saving = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)
+        # a signal to any process stops every one after the same update (several processes: they agree on it)
+        stopping = stop.signum is not None and iteration < args.num_iterations
+        if jax.process_count() > 1:
+            stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
+        saving = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations) or stopping
         if evaluating:
             k_eval = replicate(jax.random.fold_in(eval_rng, iteration))
             handmade_names, eval_levels = evaluation_set()
@@ -1114,8 +1176,9 @@ def main(args):
                 log(f"eval_handmade/{name}", solved_level, global_step)
         if lead and saving:
             os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
-            save_checkpoint(f"runs/{run_name}/checkpoints/iter_{iteration}.npz", shared, buffer, iteration, global_step,
-                            train_seconds + time.time() - start_time, args)
+            stop.checkpoint = f"runs/{run_name}/checkpoints/iter_{iteration}.npz"
+            save_checkpoint(stop.checkpoint, shared, buffer, iteration, global_step, train_seconds + time.time() - start_time,
+                            args)
         if evaluating or saving:  # work of differing length on each process (a compilation, a write on process 0)
             barrier(f"after update {iteration}")
         sps = int((global_step - start_step) / (time.time() - start_time))
@@ -1123,20 +1186,42 @@ def main(args):
         log("charts/train_seconds", train_seconds + time.time() - start_time, global_step)  # Fig. 16b's x axis
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
+        if stopping:
+            progress.close()
+            if lead:
+                print(f"stopped by signal {stop.signum or 'to another process'} after update {iteration}; resume with "
+                      f"--resume {stop.checkpoint}")
+                writer.close()
+            return stop.exit_status
     progress.close()
     if lead:
         writer.close()
+    return 0
 
 
 if __name__ == "__main__":
     args = tyro.cli(Args)
     use_compile_cache(args)
+    stop = Stop()
     try:
         check_distributed(args)
         if args.distributed:  # before anything touches a device, so that jax.devices() spans every process
             jax.distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
         resolve_args(args)
-        main(args)
+        status = main(args, stop)
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Exception as e:  # stopped before the first update or by a second Ctrl-C, or an error
+        if isinstance(e, Stop):
+            resume = stop.checkpoint or args.resume
+            print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else 'before the first update'}); "
+                  + (f"resume with --resume {resume}" if resume else "nothing saved: rerun the command"))
+            status = e.exit_status
+        else:
+            traceback.print_exc()
+            status = 1
+        if any(not future.done() for future in stop.compiling):  # exit now: not when XLA finishes compiling
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(status)
+    sys.exit(status)

@@ -17,6 +17,7 @@ state cannot be saved: a resumed run starts fresh episodes.
 import json
 import math
 import os
+import re
 import random
 import signal
 import sys
@@ -125,6 +126,8 @@ class Args:
     # Checkpoints
     save_every: int = 0
     """write runs/<run>/checkpoints/iter_<i>.pt every this many iterations and after the last (0: only when signalled)"""
+    keep_checkpoints: int = 3
+    """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
     resume: Optional[str] = None
     """a checkpoint to continue from (its env and --num-envs; fresh episodes, everything else exact)"""
     reset_envs_at: int = 0
@@ -183,8 +186,8 @@ def resolve_args(args):
     for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "save_every", "reset_envs_at",
-                 "coverage_every"):
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "save_every", "keep_checkpoints",
+                 "reset_envs_at", "coverage_every"):
         if getattr(args, flag) < 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
     for flag in ("learning_rate", "max_grad_norm"):
@@ -264,8 +267,8 @@ def check_resume(args, state):
         raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
 
 
-NOT_LEARNING = ("resume", "exp_name", "save_every", "reset_envs_at", "track", "wandb_project_name", "wandb_entity",
-                "save_model", "eval_episodes", "torch_threads")  # flags that do not change what a run learns
+NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
+                "wandb_entity", "save_model", "eval_episodes", "torch_threads")  # flags that do not change what a run learns
 
 
 def changed_flags(args, state):
@@ -285,7 +288,16 @@ def save_checkpoint(path, q_network, optimizer, iteration, global_step, recent_r
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.save(state, f"{path}.tmp")
     os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
+    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
     return path
+
+
+
+def prune_checkpoints(directory, keep):
+    """Delete all but the newest `keep` checkpoints iter_<i>.pt of a run (keep 0: delete none)."""
+    iterations = sorted(int(name[5:-3]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.pt", name))
+    for iteration in iterations[:-keep] if keep else []:
+        os.remove(os.path.join(directory, f"iter_{iteration}.pt"))
 
 
 def restore_rng(rng):
@@ -475,9 +487,16 @@ REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requ
 
 
 def main(args):
-    signalled = []  # SIGTERM / SIGUSR1 (Slurm's pre-timeout signal): checkpoint at the end of this iteration, exit 75
-    for signum in (signal.SIGTERM, signal.SIGUSR1):
-        signal.signal(signum, lambda signum, frame: signalled.append(signum))
+    signalled = []  # SIGTERM / SIGUSR1 (Slurm's pre-timeout signal), a first Ctrl-C: checkpoint at the end of this
+    # iteration, exit 75 (Ctrl-C: 130); a second Ctrl-C aborts at once
+
+    def on_signal(signum, frame):
+        if signum == signal.SIGINT and signal.SIGINT in signalled:
+            raise KeyboardInterrupt
+        signalled.append(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+        signal.signal(signum, on_signal)
     run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
     checkpoint = load_checkpoint(args.resume) if args.resume else None
     print(
@@ -636,7 +655,7 @@ def main(args):
             print(f"stopped by signal {signalled[0]} after iteration {iteration}; resume with --resume {last_checkpoint}")
             writer.close()
             envs.close()
-            sys.exit(REQUEUE)
+            sys.exit(128 + signal.SIGINT if signalled[0] == signal.SIGINT else REQUEUE)
         if iteration == args.reset_envs_at:  # what a resume from this iteration's checkpoint does
             envs.close()
             envs = make_env(args.env_id, args.num_envs, args.seed)

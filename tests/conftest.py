@@ -1,6 +1,7 @@
 """Test fixtures; the helpers that run a copy of a script and read its logs live in benchmark/common.py."""
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,17 @@ def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):
                 weight *= gamma * lam
             adv[t, env] = total
     return adv
+
+
+def wait_for_file(process, workdir, pattern, timeout=300):
+    """The first file under `workdir` matching the glob `pattern`, once a started copy has written it (the copy must
+    still be running)."""
+    start = time.time()
+    while not (found := sorted(Path(workdir).glob(pattern))):
+        assert process.poll() is None, f"the run ended ({process.returncode}) before writing {pattern}: {finish(process).stderr[-3000:]}"
+        assert time.time() - start < timeout, f"no {pattern} after {timeout} s"
+        time.sleep(0.1)
+    return found[0]
 
 
 def finish_ok(process, workdir, timeout=900):

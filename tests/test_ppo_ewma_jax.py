@@ -3,8 +3,10 @@ CartPole learning in both modes, locomotion end to end, exact resume from a chec
 metrics against the torch scripts' on the same inputs."""
 import json
 import resource
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -14,7 +16,8 @@ import pytest
 import torch
 
 from benchmark.analyze import read_coverage
-from conftest import assert_bad_input, assert_coverage, assert_schedule_is_optax, load_script, read_run, read_values, run_copy, run_dirs, shared_runs
+from conftest import (assert_bad_input, assert_coverage, assert_schedule_is_optax, finish, load_script, read_run, read_values,
+                      run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
 
 SCRIPT = "ppo_ewma_jax"
 ROOT = Path(__file__).resolve().parents[1]
@@ -672,6 +675,62 @@ def test_restore_checks_every_array_shape(ewma, cartpole_checkpoint):
     target[0] = jax.ShapeDtypeStruct((leaves[0].shape[0] + 1,) + leaves[0].shape[1:], leaves[0].dtype)
     with pytest.raises(ewma.BadFlag, match="does not match this network"):
         ewma.restore_checkpoint(cartpole_checkpoint, target)
+
+
+# ---- signals: nothing lost ------------------------------------------------------------------------------
+# CartPole at 4 envs x 128 steps, a small network: ~2,000 iterations, far more than a test waits for
+SMALL_CARTPOLE = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "128", "--hidden-size", "64",
+                  "--dynamics-every", "0"]
+LONG_CARTPOLE = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 2000)]
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGUSR1, 75), (signal.SIGINT, 130)])
+def test_a_signal_stops_at_a_call_boundary_with_a_checkpoint_that_resumes(tmp_path, signum, status):
+    """Slurm's pre-timeout signal (exit 75: requeue) or a first Ctrl-C (exit 130), sent while a real run trains (calls of
+    5 iterations: --save-every 5): a checkpoint of the call's last iteration, one line naming it; it resumes."""
+    process = start_copy(SCRIPT, LONG_CARTPOLE + ["--save-every", "5"], tmp_path / "run")
+    wait_for_file(process, tmp_path / "run", "runs/*/checkpoints/iter_5.npz")
+    process.send_signal(signum)
+    result = finish(process, 300)
+    assert result.returncode == status, result.stderr[-3000:]
+    checkpoints = sorted(run_dirs(tmp_path / "run")[0].glob("checkpoints/*.npz"), key=lambda p: int(p.stem[5:]))
+    checkpoint, iteration = checkpoints[-1], int(checkpoints[-1].stem[5:])
+    assert iteration % 5 == 0 and 5 < iteration < 2000
+    # the newest 3 kept (--keep-checkpoints' default)
+    assert [p.name for p in checkpoints] == [f"iter_{i}.npz" for i in range(max(5, iteration - 10), iteration + 1, 5)]
+    assert f"stopped by signal {int(signum)} after iteration {iteration}; resume with --resume runs/{checkpoint.parent.parent.name}/checkpoints/{checkpoint.name}" in result.stdout
+    assert "Traceback" not in result.stderr
+    flags = SMALL_CARTPOLE + ["--total-timesteps", str(512 * (iteration + 2)), "--resume", checkpoint]
+    resumed = run_script(flags, tmp_path / "resumed")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [e.step for e in read_run(run_dirs(tmp_path / "resumed")[0])[0]["losses/approx_kl"]] == [512 * (iteration + 1), 512 * (iteration + 2)]
+
+
+def test_a_second_ctrl_c_aborts_the_running_call(tmp_path):
+    """Calls of 400 iterations (a second or more): two Ctrl-C during one call end the run before the call does, with no
+    new checkpoint and a line naming the last one."""
+    process = start_copy(SCRIPT, LONG_CARTPOLE + ["--save-every", "400"], tmp_path)
+    checkpoint = wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_400.npz")
+    for _ in range(2):
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+    result = finish(process, 300)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert f"(a second Ctrl-C); resume with --resume runs/{checkpoint.parent.parent.name}/checkpoints/iter_400.npz" in result.stdout
+    assert [p.name for p in checkpoint.parent.iterdir()] == ["iter_400.npz"]
+
+
+def test_a_signal_while_compiling_exits_at_once_without_waiting_for_xla(tmp_path):
+    """SIGTERM before the first call (the update still compiling on its thread, no cache): exit 75 within seconds, one
+    line, no checkpoint; the process does not wait for XLA to finish."""
+    process = start_copy(SCRIPT, LONG_CARTPOLE + ["--no-compile-cache", "--hidden-size", "512", "--num-layers", "4"], tmp_path)
+    wait_for_file(process, tmp_path, "runs/*/events.out.tfevents.*")
+    signalled = time.time()
+    process.send_signal(signal.SIGTERM)
+    result = finish(process, 300)
+    assert result.returncode == 75, result.stderr[-3000:]
+    assert "stopped by signal 15 (before the first iteration); nothing saved: rerun the command" in result.stdout
+    assert time.time() - signalled < 10 and not list(tmp_path.glob("runs/*/checkpoints"))
 
 
 # ---- learning, end to end, resume -------------------------------------------------------------------

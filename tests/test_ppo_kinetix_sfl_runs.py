@@ -2,10 +2,13 @@
 exact resumption from a checkpoint, and the same training on 2 processes x 2 forced host devices joined by
 jax.distributed (4 devices: the batch, the level filter and the SFL buffer split across devices and across
 processes) as on one device. The longest file of the suite: pytest.ini's workers start it first."""
+import signal
+
 import numpy as np
 import pytest
 
-from conftest import assert_bad_input, finish_ok, load_script, read_values, run_copy, run_dirs, run_ok, shared_runs, start_copy
+from conftest import (assert_bad_input, finish, finish_ok, load_script, read_values, run_copy, run_dirs, run_ok, shared_runs,
+                      start_copy, wait_for_file)
 
 SCRIPT = "ppo_kinetix_sfl"
 # M = 2T minibatches (envs dealt into 2 groups), Kinetix's level filter in pools of 1 (4 devices hold 1 fresh level each)
@@ -93,6 +96,21 @@ def test_resume_refuses_another_network_or_a_finished_run(tiny_run, tmp_path, ar
     checkpoint = tiny_run[0] / "checkpoints" / "iter_1.npz"
     result = run_copy(SCRIPT, TINY + ["--resume", checkpoint] + argv, tmp_path, timeout=120)
     assert_bad_input(result, tmp_path, text)
+
+
+def test_sigterm_stops_after_the_running_update_with_a_checkpoint_and_exit_75(tiny_run, tmp_path):
+    """A launcher's SIGTERM once the run trains (its first checkpoint written; the programs are the tiny run's, from
+    JAX's cache): a checkpoint of the update it stopped after, one line naming it, exit 75 (requeue)."""
+    process = start_copy(SCRIPT, TINY[:-1] + [str(128 * 1000), "--save-every", "1"], tmp_path)
+    wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_1.npz", timeout=1800)
+    process.send_signal(signal.SIGTERM)
+    result = finish(process, 600)
+    assert result.returncode == 75, result.stderr[-3000:]
+    saved = sorted(int(p.stem[5:]) for p in run_dirs(tmp_path)[0].glob("checkpoints/iter_*.npz"))
+    last = saved[-1]
+    assert 1 < last < 1000 and "Traceback" not in result.stderr
+    assert saved == list(range(max(1, last - 2), last + 1))  # the newest 3 kept (--keep-checkpoints' default)
+    assert f"stopped by signal 15 after update {last}; resume with --resume runs/{run_dirs(tmp_path)[0].name}/checkpoints/iter_{last}.npz" in result.stdout
 
 
 def assert_trains_alike(many, one):

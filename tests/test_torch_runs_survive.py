@@ -8,7 +8,8 @@ import time
 import pytest
 
 from benchmark.analyze import read_coverage
-from conftest import assert_bad_input, finish, read_run, read_values, run_copy, run_dirs, shared_runs, start_copy
+from conftest import (assert_bad_input, finish, read_run, read_values, run_copy, run_dirs, shared_runs, start_copy,
+                      wait_for_file)
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--dynamics-batch", "64"]
 SCRIPTS = {
@@ -110,22 +111,24 @@ def test_resume_refuses_another_network_or_a_finished_run(uninterrupted, tmp_pat
 
 
 @pytest.mark.parametrize("script, signum", [("ppo_atari_envpool", signal.SIGTERM), ("pqn_atari", signal.SIGUSR1),
-                                            ("ppo_rnd", signal.SIGTERM), ("ppo_procgen_envpool", signal.SIGUSR1)])
-def test_a_signal_checkpoints_at_the_end_of_the_iteration_and_exits_75(script, signum, tmp_path):
-    """The signal a launcher (SIGTERM) or Slurm before a timeout (SIGUSR1) sends, sent to a real run: it writes a
-    checkpoint, says so, exits 75; the checkpoint then resumes the run to its end."""
-    process = start_copy(script, SCRIPTS[script] + ["--total-timesteps", "12800", "--dynamics-every", "0"], tmp_path / "run")
-    start = time.time()
-    while not list((tmp_path / "run").glob("runs/*/events.out.tfevents.*")):
-        assert time.time() - start < 120 and process.poll() is None, "the run did not start"
-        time.sleep(0.2)
-    time.sleep(2)
+                                            ("ppo_rnd", signal.SIGTERM), ("ppo_procgen_envpool", signal.SIGUSR1),
+                                            ("ppo_atari_envpool", signal.SIGINT), ("ppo_rnd", signal.SIGINT)])
+def test_a_signal_checkpoints_at_the_end_of_the_iteration_and_exits_75_or_130(script, signum, tmp_path):
+    """The signal a launcher (SIGTERM) or Slurm before a timeout (SIGUSR1) sends, or a first Ctrl-C, sent to a real
+    run: it writes a checkpoint, says so, exits 75 (Ctrl-C: 130, no traceback); the checkpoint resumes the run."""
+    flags = ["--total-timesteps", "12800", "--dynamics-every", "0", "--save-every", "1", "--keep-checkpoints", "2"]
+    process = start_copy(script, SCRIPTS[script] + flags, tmp_path / "run")
+    wait_for_file(process, tmp_path / "run", "runs/*/checkpoints/iter_2.pt", timeout=120)
     process.send_signal(signum)
     result = finish(process, 300)
-    assert result.returncode == 75, result.stderr[-3000:]
-    (checkpoint,) = (run_dirs(tmp_path / "run")[0] / "checkpoints").iterdir()
-    iteration = int(checkpoint.stem.split("_")[1])
-    assert 1 <= iteration < 100 and f"stopped by signal {int(signum)} after iteration {iteration}" in result.stdout
+    assert result.returncode == (130 if signum == signal.SIGINT else 75), result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    # a checkpoint every iteration, the newest 2 kept: the iteration it stopped after and the one before
+    checkpoints = sorted((run_dirs(tmp_path / "run")[0] / "checkpoints").iterdir(), key=lambda p: int(p.stem[5:]))
+    iteration = int(checkpoints[-1].stem[5:])
+    assert [p.name for p in checkpoints] == [f"iter_{iteration - 1}.pt", f"iter_{iteration}.pt"]
+    assert 2 < iteration < 100 and f"stopped by signal {int(signum)} after iteration {iteration}; resume with --resume {checkpoints[-1].relative_to(tmp_path / 'run')}" in result.stdout
+    checkpoint = checkpoints[-1]
     flags = ["--total-timesteps", str(128 * (iteration + 1)), "--dynamics-every", "0", "--resume", checkpoint]
     _, resumed = run_ok(script, flags, tmp_path / "resumed")
     assert len(resumed["losses/grad_norm"]) == 1
