@@ -13,6 +13,7 @@ size under runs/{run_name}/eta_{eta}/ with the seed-mean of `charts/neg_distance
 `charts/update_norm`.
 """
 import csv
+import math
 import os
 import sys
 import time
@@ -69,22 +70,48 @@ class BadFlag(ValueError):
     """A flag value that breaks a rule; reported as one line, exit status 2."""
 
 
+def check_runs_directory():
+    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
+    if os.path.lexists("runs") and not os.path.isdir("runs"):
+        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
+    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
+        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+
+
 def resolve_args(args):
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
+        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
     for flag in ("num_steps", "num_seeds", "dim"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    if args.seed < 0:
+        raise BadFlag(f"--seed must be >= 0 (got {args.seed})")
+    for flag in ("init", "noise_std", "switch_step_size"):
+        value = getattr(args, flag)
+        if value is not None and not math.isfinite(value):
+            raise BadFlag(f"--{flag.replace('_', '-')} must be a finite number (got {value})")
+    curves = 2 * 8 * len(args.step_sizes) * args.num_seeds * (args.num_steps + 1)  # two float64 arrays
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if curves > memory / 2:
+        raise BadFlag(f"--num-steps {args.num_steps} x --num-seeds {args.num_seeds} x {len(args.step_sizes)} step sizes "
+                      f"needs {curves / 2**30:.1f} GiB for the curves, more than half of this machine's {memory / 2**30:.0f} GiB")
     if not args.step_sizes or not all(0.0 < eta < 1.0 for eta in args.step_sizes):
         raise BadFlag(f"--step-sizes must each lie in (0, 1), where gradient descent on x^T x converges (got {args.step_sizes})")
-    if len(set(args.step_sizes)) != len(args.step_sizes):
-        raise BadFlag(f"--step-sizes must be distinct (got {args.step_sizes})")
+    labels = [f"{eta:g}" for eta in args.step_sizes]  # each names a TensorBoard run, eta_<label>
+    if len(set(labels)) != len(labels):
+        raise BadFlag(f"--step-sizes must differ in their first 6 significant digits, which name their runs (got {args.step_sizes})")
     if args.noise_std is None:
         args.noise_std = 3.0 / np.sqrt(args.dim)
     if args.noise_std < 0:
         raise BadFlag(f"--noise-std must be >= 0 (got {args.noise_std})")
+    if max(abs(args.init), args.noise_std) * math.sqrt(args.dim) > 1e150:  # ||x||^2 must not overflow float64
+        raise BadFlag(f"--init and --noise-std must be at most 1e150 / sqrt(--dim) (got {args.init:g}, {args.noise_std:g})")
     if not 0 <= args.switch_step < args.num_steps:
         raise BadFlag(f"--switch-step must lie in [0, --num-steps) (got {args.switch_step})")
     if args.switch_step and not 0.0 < args.switch_step_size < 1.0:
         raise BadFlag(f"--switch-step-size must lie in (0, 1) when --switch-step is set (got {args.switch_step_size})")
+    if args.switch_step_size and not args.switch_step:
+        raise BadFlag("--switch-step-size applies only with --switch-step (the step from which it is used)")
     return args
 
 
@@ -140,6 +167,7 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     try:
         resolve_args(args)
+        check_runs_directory()
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)

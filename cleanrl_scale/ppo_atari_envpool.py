@@ -189,8 +189,18 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
     return int(minibatches), int(mb_size), lr0 * lr_factor
 
 
+def check_runs_directory():
+    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
+    if os.path.lexists("runs") and not os.path.isdir("runs"):
+        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
+    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
+        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+
+
 def resolve_args(args):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
+        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
     for name, value in vars(args).items():
         if isinstance(value, float) and not math.isfinite(value):
             raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
@@ -810,6 +820,7 @@ if __name__ == "__main__":
     args = tyro.cli(Args)
     try:
         resolve_args(args)
+        check_runs_directory()
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -25,6 +25,8 @@ PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches,
 them scanned in one call (at small batches a call's host cost outweighs an iteration's compute); the
 host loop logs a call's stacked metrics while the next call runs, evaluates and checkpoints.
 """
+import contextlib
+import io
 import json
 import math
 import os
@@ -159,8 +161,9 @@ class Args:
     """centre of mass C of the EWMA proximal policy in minibatch steps, beta = C / (C + 1); unset = standard PPO"""
     ewma_bias_correction: bool = True
     """count the initial copy as one sample of the EWMA, as openai/ppo-ewma's EwmaModel does (total_weight)"""
-    imp_samp_max: float = 100.0
-    """bound of the ratio pi / pi_behaviour (openai/ppo-ewma's logp_adj, in both PPO modes); 0 = no bound"""
+    imp_samp_max: Optional[float] = None
+    """bound of the ratio pi / pi_behaviour (openai/ppo-ewma's logp_adj); 0 = no bound (default: 100 with --ewma-com,
+    as openai/ppo-ewma; none in PPO mode, as PureJaxRL's, CleanRL's and Kinetix's PPO)"""
 
     # Scaling recipes (stagnation paper §5, App. D)
     scaling_recipe: str = "none"
@@ -289,9 +292,17 @@ def read_checkpoint(path):
     return meta, leaves
 
 
+def import_brax_envs():
+    """brax.envs, imported on first use, without the "Failed to import warp" lines MuJoCo's MJX prints to stdout when
+    the optional warp package is absent (Brax's own backends do not use it)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        from brax import envs
+    return envs
+
+
 def brax_env_ids():
     """The environments Brax registers (ant, humanoid, ...); brax is imported only when an id is not Kinetix's or gymnax's."""
-    from brax import envs as brax_envs
+    brax_envs = import_brax_envs()
 
     return tuple(brax_envs._envs)  # Brax's registry (get_environment / register_environment read and write it)
 
@@ -308,8 +319,18 @@ def env_suite(env_id):
                   f"({', '.join(brax_env_ids())}) (got {env_id!r})")
 
 
+def check_runs_directory():
+    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
+    if os.path.lexists("runs") and not os.path.isdir("runs"):
+        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
+    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
+        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+
+
 def resolve_args(args):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
+        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
     suite = env_suite(args.env_id)
     for flag, value in SUITE_DEFAULTS["brax" if suite == "brax" else "table2"].items():
         if getattr(args, flag) is None:
@@ -337,6 +358,8 @@ def resolve_args(args):
         raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
     if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
         raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
+    if args.imp_samp_max is None:
+        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
     if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
         raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
     for flag in ("ent_coef", "vf_coef", "dormant_tau"):
@@ -359,7 +382,7 @@ def resolve_args(args):
         raise BadFlag(f"--brax-backend must be one of {', '.join(BRAX_BACKENDS)} (got {args.brax_backend!r})")
     else:  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
         import mujoco
-        from brax import envs as brax_envs
+        brax_envs = import_brax_envs()
 
         previous = mujoco.get_mju_user_warning()
         mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
@@ -480,7 +503,7 @@ def make_brax_env(args):
     AutoResetWrapper: an env restarts from its own first state), actions clipped to [-1, 1], observations normalised by
     the running statistics after this step's update, rewards divided by the running std of the discounted return.
     The statistics live in the env state, so checkpoints keep them."""
-    from brax import envs as brax_envs
+    brax_envs = import_brax_envs()
 
     env = brax_envs.create(args.env_id, episode_length=BRAX_EPISODE_LENGTH, auto_reset=True, backend=args.brax_backend)
 
@@ -1366,6 +1389,7 @@ if __name__ == "__main__":
     stop = Stop()
     try:
         resolve_args(args)
+        check_runs_directory()
         status = main(args, stop)
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)

@@ -100,8 +100,9 @@ class Args:
     """attempts per evaluation level, each from the level's start (Kinetix's eval_num_attempts)"""
     filter_levels: bool = True
     """draw random levels as Kinetix does (filter_levels): 2x candidates, 64 no-op steps, levels a no-op solves kept with weight 0.001"""
-    level_filter_pool: int = 512
-    """random levels are filtered in pools of this many (from 2x candidates), keyed by pool; must divide each device's fresh levels and envs"""
+    level_filter_pool: Optional[int] = None
+    """random levels are filtered in pools of this many (from 2x candidates), keyed by pool; must divide each device's
+    fresh levels and envs (default: Kinetix's 512, or the largest pool below it that divides both)"""
 
     # Algorithm specific arguments (stagnation paper, Table 2, SFL column)
     total_timesteps: int = 5_000_000_000  # not in Table 2; this project's choice
@@ -148,8 +149,9 @@ class Args:
     """centre of mass C of the EWMA proximal policy in minibatch steps, beta = C / (C + 1); unset = standard PPO"""
     ewma_bias_correction: bool = True
     """count the initial copy as one sample of the EWMA, as openai/ppo-ewma's EwmaModel does (total_weight)"""
-    imp_samp_max: float = 100.0
-    """bound of the ratio pi / pi_behaviour (openai/ppo-ewma's logp_adj, in both PPO modes); 0 = no bound"""
+    imp_samp_max: Optional[float] = None
+    """bound of the ratio pi / pi_behaviour (openai/ppo-ewma's logp_adj); 0 = no bound (default: 100 with --ewma-com,
+    as openai/ppo-ewma; none in PPO mode, as PureJaxRL's, CleanRL's and Kinetix's PPO)"""
 
     # SFL (Rutherford et al., 2024; stagnation Table 3)
     sfl_preset: str = "2048"
@@ -293,8 +295,18 @@ def check_distributed(args):
         raise BadFlag(f"--process-id must lie in [0, --num-processes) (got {args.process_id})")
 
 
+def check_runs_directory():
+    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
+    if os.path.lexists("runs") and not os.path.isdir("runs"):
+        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
+    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
+        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+
+
 def resolve_args(args, num_devices=None):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
+        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
     resolve_preset(args)
     args.num_devices = jax.device_count() if num_devices is None else num_devices
     for field in fields(args):  # inf and nan break every rule below without failing a comparison
@@ -302,7 +314,7 @@ def resolve_args(args, num_devices=None):
         if isinstance(value, float) and not math.isfinite(value):
             raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
     for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers", "num_eval_levels",
-                 "eval_num_attempts", "level_filter_pool", "sfl_num_candidates", "sfl_update_period", "sfl_buffer_size",
+                 "eval_num_attempts", "sfl_num_candidates", "sfl_update_period", "sfl_buffer_size",
                  "sfl_rollout_length"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
@@ -317,6 +329,8 @@ def resolve_args(args, num_devices=None):
         raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
     if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
         raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
+    if args.imp_samp_max is None:
+        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
     if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
         raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
     if args.ewma_com is not None and not args.ewma_com >= 0:
@@ -337,6 +351,11 @@ def resolve_args(args, num_devices=None):
         raise BadFlag(f"--sfl-num-candidates {args.sfl_num_candidates} must be a multiple of --num-envs {args.num_envs} (rolled out num-envs at a time)")
     fresh, _ = buffer_positions(args.num_envs, args.num_devices, args.sfl_sample_ratio)  # raises on an uneven split
     local_envs = args.num_envs // args.num_devices
+    if args.level_filter_pool is None:  # Kinetix's 512 where it divides both, else the largest pool that does
+        common = math.gcd(fresh.shape[1], local_envs)
+        args.level_filter_pool = max(d for d in range(1, min(512, common) + 1) if common % d == 0)
+    if args.level_filter_pool <= 0:
+        raise BadFlag(f"--level-filter-pool must be positive (got {args.level_filter_pool})")
     if args.filter_levels and (fresh.shape[1] % args.level_filter_pool or local_envs % args.level_filter_pool):
         raise BadFlag(
             f"--level-filter-pool {args.level_filter_pool} must divide each device's {fresh.shape[1]} fresh levels and "
@@ -1206,8 +1225,12 @@ if __name__ == "__main__":
     try:
         check_distributed(args)
         if args.distributed:  # before anything touches a device, so that jax.devices() spans every process
-            jax.distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
+            try:
+                jax.distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
+            except ValueError as e:  # no cluster JAX can read them from (Slurm, Open MPI, ...)
+                raise BadFlag(f"--distributed needs --coordinator-address, --num-processes and --process-id here: {e}")
         resolve_args(args)
+        check_runs_directory()
         status = main(args, stop)
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)

@@ -72,6 +72,13 @@ def test_copy_writes_csv_of_every_seed_and_tensorboard_seed_means(tmp_path):
     (["--switch-step", "10"], "--switch-step-size must lie in (0, 1)"),
     (["--switch-step", "5000", "--switch-step-size", "0.1"], "--switch-step must lie in [0, --num-steps)"),
     (["--num-seeds", "0"], "--num-seeds must be positive"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--num-steps", "2000000000"], "needs 596.0 GiB for the curves, more than half of this machine's"),
+    (["--init", "nan"], "--init must be a finite number"),
+    (["--noise-std", "inf"], "--noise-std must be a finite number"),
+    (["--init", "1e300"], "--init and --noise-std must be at most 1e150 / sqrt(--dim)"),
+    (["--step-sizes", "0.1", "0.1000001"], "--step-sizes must differ in their first 6 significant digits"),
+    (["--switch-step-size", "0.1"], "--switch-step-size applies only with --switch-step"),
 ])
 def test_bad_flags(tmp_path, flags, message):
     assert_bad_input(run_copy(SCRIPT, flags, tmp_path, timeout=120), tmp_path, message)

@@ -193,7 +193,9 @@ def test_brax_defaults_are_purejaxrls_and_locomotions_stay_table_2(ewma):
     (["--env-id", "halfcheetah", "--num-envs", "7"], "--num-minibatches 32 must be positive and divide the batch 70"),
 ])
 def test_bad_flags_fail_before_compute_with_one_line(tmp_path, flags, message):
-    assert_bad_input(run_copy(SCRIPT, flags, tmp_path), tmp_path, message)
+    result = run_copy(SCRIPT, flags, tmp_path)
+    assert_bad_input(result, tmp_path, message)
+    assert "Failed to import" not in result.stdout  # MuJoCo's MJX, importing Brax without the optional warp package
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
 
 

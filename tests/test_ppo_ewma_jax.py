@@ -121,13 +121,16 @@ def test_bound_is_on_the_whole_ratio_as_openai_has_it(ewma):
     assert imp == 1.0
 
 
-def test_decoupled_loss_with_proximal_equal_to_behaviour_is_ppo_clipped_surrogate(ewma):
-    new, _, behav, adv = random_logprobs(1, spread=0.3)
+@pytest.mark.parametrize("spread, bound", [(0.3, 100.0), (3.0, 0.0)])
+def test_decoupled_loss_with_proximal_equal_to_behaviour_is_ppo_clipped_surrogate(ewma, spread, bound):
+    """With the bound (no ratio reaches it), and without it (PPO mode's default) at ratios far above 100."""
+    new, _, behav, adv = random_logprobs(1, spread=spread)
     ratio = np.exp(np.asarray(new) - np.asarray(behav))
     eps = 0.2
     ppo = np.mean(np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - eps, 1 + eps)))
-    loss, clipfrac, imp = ewma.decoupled_policy_loss(new, behav, behav, adv, eps, 100.0)
-    assert 0 < clipfrac < 1 and imp == 0  # some ratios are outside [1 - eps, 1 + eps], none above the bound
+    loss, clipfrac, imp = ewma.decoupled_policy_loss(new, behav, behav, adv, eps, bound)
+    assert 0 < clipfrac < 1 and imp == 0  # some ratios are outside [1 - eps, 1 + eps], none above a bound
+    assert (ratio.max() > 100) == (bound == 0)
     np.testing.assert_allclose(loss, ppo, rtol=1e-5)
     np.testing.assert_allclose(clipfrac, np.mean(np.abs(ratio - 1) > eps), rtol=1e-6)
 
@@ -235,6 +238,14 @@ def test_defaults_are_table_2_locomotion(ewma):
     assert (args.max_grad_norm, args.clip_vloss, args.vf_coef, args.ent_coef) == (0.5, True, 0.5, 0.01)
     assert (args.learning_rate, args.num_envs, args.num_minibatches, args.minibatch_size) == (3e-4, 2048, 32, 16384)
     assert (args.hidden_size, args.num_layers, args.num_morphologies, args.ewma_com) == (256, 3, 512, None)
+
+
+@pytest.mark.parametrize("flags, bound", [({}, 0.0), ({"ewma_com": 4.0}, 100.0), ({"imp_samp_max": 100.0}, 100.0),
+                                          ({"ewma_com": 4.0, "imp_samp_max": 0.0}, 0.0)])
+def test_the_ratio_is_bounded_by_default_only_in_ppo_ewma(ewma, flags, bound):
+    """openai/ppo-ewma's 100 with --ewma-com; in PPO mode no bound, as PureJaxRL's and CleanRL's PPO: there the loss is
+    PPO's clipped surrogate at every ratio (test_decoupled_loss_with_proximal_equal_to_behaviour...)."""
+    assert ewma.resolve_args(ewma.Args(env_id="CartPole-v1", **flags)).imp_samp_max == bound
 
 
 @pytest.mark.parametrize("recipe, b, expected", [

@@ -219,6 +219,7 @@ def test_explicit_flags_override_the_preset(sfl):
     (["--num-steps", "12", "--num-minibatches", "8"], "--num-minibatches 8 must divide --num-steps 12", None),
     (["--model", "cnn"], "--model must be one of transformer, mlp", None),
     (["--process-id", "1"], "--process-id only applies with --distributed", None),
+    (["--distributed"], "--distributed needs --coordinator-address, --num-processes and --process-id here", None),
     (["--distributed", "--num-processes", "2", "--process-id", "2"], "--process-id must lie in [0, --num-processes)", None),
     (["--resume", "missing.npz"], "--resume missing.npz: no such file", None),
     (["--max-grad-norm", "0"], "--max-grad-norm must be positive", None),
@@ -229,10 +230,27 @@ def test_explicit_flags_override_the_preset(sfl):
     (["--imp-samp-max", "0.5"], "--imp-samp-max must be 0 (no bound) or >= 1", None),
     (["--num-envs", "8", "--sfl-num-candidates", "16", "--sfl-buffer-size", "4", "--sfl-sample-ratio", "0.25"],
      "rho x envs per device must be a whole number", FOUR_DEVICES),
-    (["--num-envs", "8", "--sfl-num-candidates", "16", "--sfl-buffer-size", "4"], "--level-filter-pool 512 must divide", None),
+    (["--num-envs", "8", "--sfl-num-candidates", "16", "--sfl-buffer-size", "4", "--level-filter-pool", "512"],
+     "--level-filter-pool 512 must divide", None),
+    (["--level-filter-pool", "0"], "--level-filter-pool must be positive", None),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag, env):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120, extra_env=env), tmp_path, flag)
+
+
+@pytest.mark.parametrize("num_envs, devices, pool", [(2048, 1, 512), (16, 1, 8), (24, 1, 12), (48, 4, 6), (4096, 2, 512)])
+def test_the_default_level_filter_pool_divides_every_valid_num_envs(sfl, num_envs, devices, pool):
+    """Kinetix's 512 where it divides each device's fresh levels (rho = 0.5: half its envs) and envs, else the largest
+    pool that does: a valid --num-envs needs no --level-filter-pool."""
+    args = sfl.resolve_args(sfl.Args(num_envs=num_envs, sfl_num_candidates=num_envs, sfl_buffer_size=4, num_steps=16,
+                                     num_minibatches=2), num_devices=devices)
+    assert args.level_filter_pool == pool
+
+
+@pytest.mark.parametrize("flags, bound", [({}, 0.0), ({"ewma_com": 4.0}, 100.0), ({"imp_samp_max": 10.0}, 10.0)])
+def test_the_ratio_is_bounded_by_default_only_in_ppo_ewma(sfl, flags, bound):
+    """openai/ppo-ewma's 100 with --ewma-com; PPO mode unbounded by default, as Kinetix's own PPO."""
+    assert sfl.resolve_args(sfl.Args(**flags), num_devices=1).imp_samp_max == bound
 
 
 @pytest.mark.parametrize("flags, env, cached", [([], {}, True), (["--no-compile-cache"], {}, False),
