@@ -110,6 +110,8 @@ def parse_grid(tokens):
         elif flag is None:
             fail(f"grid value {token!r} comes before any flag")
         else:
+            if token in grid[flag]:
+                fail(f"grid flag {flag}: the value {token} is given twice")
             grid[flag].append(token)
     return grid
 
@@ -756,8 +758,9 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
     opts = build_parser().parse_args(argv[:split])
-    if not (SCRIPTS / f"{opts.script}.py").exists():
-        fail(f"--script {opts.script}: no cleanrl_scale/{opts.script}.py")
+    names = sorted(path.stem for path in SCRIPTS.glob("*.py"))
+    if opts.script not in names:
+        fail(f"--script must name one of cleanrl_scale/'s scripts, {', '.join(names)} (got {opts.script!r})")
     if opts.fixed_budget and opts.total_timesteps <= 0:
         fail("--fixed-budget needs --total-timesteps > 0")
     if opts.fixed_budget and opts.iterations:
@@ -779,6 +782,9 @@ def main(argv=None):
             fail(f"--slurm-nodes/--slurm-tasks-per-node: {opts.script}.py runs in one process (it has no --distributed)")
     opts.out_dir = os.path.abspath(opts.out_dir)
     opts.store = os.path.abspath(opts.store or os.path.join(opts.out_dir, "runs"))
+    for flag, path in (("--out-dir", opts.out_dir), ("--store", opts.store)):
+        if os.path.exists(path) and not os.path.isdir(path):
+            fail(f"{flag} {path} is not a directory")
     runs = expand(opts, parse_grid(argv[split + 1:]))
     if len({run["id"] for run in runs}) < len(runs):
         fail("the grid names one run twice (a value repeated, or two values that resolve to one command)")

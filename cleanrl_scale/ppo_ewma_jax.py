@@ -218,9 +218,9 @@ class Args:
 
     # to be filled in runtime
     batch_size: int = 0
-    """the batch size (computed in runtime)"""
+    """the batch size (computed in runtime: setting it is refused)"""
     num_iterations: int = 0
-    """the number of iterations (computed in runtime)"""
+    """the number of iterations (computed in runtime: setting it is refused)"""
 
 
 class SummaryWriter:
@@ -331,6 +331,9 @@ def resolve_args(args):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
     if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
         raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
+        if getattr(args, flag):
+            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
     suite = env_suite(args.env_id)
     for flag, value in SUITE_DEFAULTS["brax" if suite == "brax" else "table2"].items():
         if getattr(args, flag) is None:

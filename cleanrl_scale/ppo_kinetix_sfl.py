@@ -201,11 +201,11 @@ class Args:
 
     # to be filled in runtime
     num_devices: int = 0
-    """the number of JAX devices the envs are split over (computed in runtime)"""
+    """the number of JAX devices the envs are split over (computed in runtime: setting it is refused)"""
     batch_size: int = 0
-    """the batch size (computed in runtime)"""
+    """the batch size (computed in runtime: setting it is refused)"""
     num_iterations: int = 0
-    """the number of PPO updates (computed in runtime)"""
+    """the number of PPO updates (computed in runtime: setting it is refused)"""
 
 
 class SummaryWriter:
@@ -307,6 +307,9 @@ def resolve_args(args, num_devices=None):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
     if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
         raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    for flag in ("num_devices", "batch_size", "num_iterations"):  # filled in below from the other flags
+        if getattr(args, flag):
+            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
     resolve_preset(args)
     args.num_devices = jax.device_count() if num_devices is None else num_devices
     for field in fields(args):  # inf and nan break every rule below without failing a comparison

@@ -183,6 +183,8 @@ def test_budgets_from_iterations_follow_the_scripts_own_batch(tmp_path, capsys):
     (["--", "--seed", "3"], "--seed after -- is set by the launcher's --seeds"),
     (["--iterations", "5", "--", "--num-steps", "3"], "--num-steps after -- is set by the launcher's --iterations"),
     (["--workers", "0"], "--workers must be positive"),
+    (["--script", "../benchmark/common"], "--script must name one of cleanrl_scale/'s scripts, noisy_sgd, ppo_atari_envpool"),
+    (["--", "--step-sizes", "0.1", "0.1"], "grid flag --step-sizes: the value 0.1 is given twice"),
 ])
 def test_bad_flags_stop_the_launch_with_one_line(tmp_path, grid, text):
     split = grid.index("--") if "--" in grid else len(grid)
@@ -191,6 +193,13 @@ def test_bad_flags_stop_the_launch_with_one_line(tmp_path, grid, text):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("launch.py: error:") and text in lines[0], result.stderr
     assert not any(tmp_path.iterdir())  # nothing registered, nothing run
+
+
+def test_a_store_that_is_a_file_stops_the_launch_with_one_line(tmp_path):
+    (tmp_path / "store").write_text("notes")
+    result = launch_cli(["--script", "noisy_sgd", "--out-dir", str(tmp_path / "out"), "--store", str(tmp_path / "store")])
+    assert result.returncode == 2 and result.stderr.strip() == f"launch.py: error: --store {tmp_path / 'store'} is not a directory"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
 
 
 def test_speed_flags_are_not_part_of_a_run_s_identity_and_seeds_stay_one_a_run(tmp_path, capsys):

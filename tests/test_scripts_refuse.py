@@ -1,5 +1,5 @@
-"""Every script, as a user runs a copy of it: a run name that would leave runs/ and a runs/ that is a file are refused
-before any compute (exit 2, one line naming the rule, nothing written)."""
+"""Every script, as a user runs a copy of it: a run name that would leave runs/, a runs/ that is a file and a computed field
+set as a flag are refused before any compute (exit 2, one line naming the rule, nothing written)."""
 from pathlib import Path
 
 import pytest
@@ -25,3 +25,11 @@ def test_a_file_named_runs_is_refused(script, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"{Path(tmp_path, 'runs')} is not a directory" in lines[0], result.stderr[-3000:]
     assert (tmp_path / "runs").read_text() == "notes" and not (tmp_path / "wandb").exists()
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "noisy_sgd"])
+def test_a_computed_field_given_as_a_flag_is_refused(script, tmp_path):
+    """--num-iterations is listed by --help (CleanRL's Args) but computed from the budget and the batch: setting it would
+    be silently overwritten."""
+    result = run_copy(script, ["--num-iterations", "999"], tmp_path, timeout=300)
+    assert_bad_input(result, tmp_path, "--num-iterations is computed from the other flags: do not set it (got 999)")
