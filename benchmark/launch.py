@@ -88,6 +88,8 @@ DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from oth
 PACKABLE = ("ppo_ewma_jax",)  # scripts whose --num-seeds trains seeds --seed.. in one process, a run each
 PACK_SEEDS, PACK_TRANSITIONS = 8, 262_144  # --seeds-per-process 0: up to 8 seeds, up to 262,144 transitions an iteration
 BAD_INPUT, REQUEUE = 2, 75  # the scripts' exit status for bad flags; "preempted, checkpointed: requeue me"
+# a run stopped, not failed: it said so (75; 130 after a Ctrl-C, checkpointed too), or a SIGTERM / SIGINT ended it
+STOPPED = (REQUEUE, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT)
 CHECKPOINT = re.compile(r"iter_(\d+)\.(npz|pt)")  # the scripts' checkpoint files, runs/<tb run>/checkpoints/iter_<N>.npz
 NAME_LIMIT = 150  # characters of the readable part of a run's name (file names stop at 255)
 
@@ -475,8 +477,7 @@ class Attempt:
                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             )
             returncode = self.process.wait()
-        # preempted: it said so (75), or it was stopped by SIGTERM (ours, or the cluster's)
-        state = "done" if returncode == 0 else "preempted" if returncode in (REQUEUE, -signal.SIGTERM) or self.stopped else "failed"
+        state = "done" if returncode == 0 else "preempted" if returncode in STOPPED or self.stopped else "failed"
         for member, m in zip(pack[1:], dirs[1:]):  # runs/<env>__<exp>__<seed>__<time>: each seed's to its own run
             (m / "runs").mkdir(exist_ok=True)
             for tb_run in (d / "runs").glob(f"*__{member['seed']}__*"):
@@ -507,7 +508,7 @@ class Attempt:
             self.process = subprocess.Popen([sys.executable, SCRIPTS / f"{run['script']}.py", *argv], cwd=d,
                                             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
             returncode = self.process.wait()
-        return "done" if returncode == 0 else "preempted" if returncode in (REQUEUE, -signal.SIGTERM) else "failed"
+        return "done" if returncode == 0 else "preempted" if returncode in STOPPED else "failed"
 
     def stop(self):
         self.stopped = True
@@ -618,7 +619,7 @@ def spread(job, state):
 
 
 def launch_local(todo, opts):
-    """Run `todo` on --workers local processes; {name: outcome}. SIGTERM stops the runs (they may checkpoint)."""
+    """Run `todo` on --workers local processes; {name: outcome}. SIGTERM or Ctrl-C stops the runs (they checkpoint)."""
     slots, lock, attempts, outcome = list(range(opts.workers)), threading.Lock(), [], {}
 
     def one(run):
@@ -638,13 +639,14 @@ def launch_local(todo, opts):
             attempt.stop()
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, terminate) if threading.current_thread() is threading.main_thread() else None
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, terminate) for signum in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     try:
         with ThreadPoolExecutor(opts.workers) as pool:
             list(pool.map(one, todo))
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return outcome
 
 

@@ -92,11 +92,13 @@ def project_program(opts, ewma, overrides):
     runner = jax.jit(init)(jax.random.PRNGKey(1), levels)
     plain = jnp.zeros(args.fuse_iterations, bool)  # no dynamics/ metrics; a call with them is timed apart
     active = jnp.ones(args.fuse_iterations, bool)
-    compiled = jax.jit(update, donate_argnums=0).lower(runner, levels, plain, active).compile()
+    # the float flags as traced arguments, as the script runs them (revisions before hyperparameters(): constants)
+    hyper = (ewma.hyperparameters(args),) if hasattr(ewma, "hyperparameters") else ()
+    compiled = jax.jit(update, donate_argnums=0).lower(runner, levels, plain, active, *hyper).compile()
     state = {"runner": runner}
 
     def call(measure=plain):
-        state["runner"], metrics = compiled(state["runner"], levels, measure, active)
+        state["runner"], metrics = compiled(state["runner"], levels, measure, active, *hyper)
         return metrics
 
     jax.block_until_ready(call())

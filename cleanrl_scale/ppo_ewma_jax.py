@@ -1146,7 +1146,7 @@ def restore_checkpoint(path, target):
 REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
 
 
-class Stop(Exception):
+class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
     """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at the end of the running call, with
     a checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
     call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA."""
@@ -1344,8 +1344,9 @@ def main(args, stop):
         with their seed axis."""
         os.makedirs(f"runs/{run_names[0]}/checkpoints", exist_ok=True)
         state = (runner, levels) if args.num_seeds > 1 else jax.tree.map(lambda x: x[0], (runner, levels))
-        stop.checkpoint = f"runs/{run_names[0]}/checkpoints/iter_{iteration}.npz"
-        save_checkpoint(stop.checkpoint, state, iteration, global_step, train_seconds + time.time() - start_time, args)
+        path = f"runs/{run_names[0]}/checkpoints/iter_{iteration}.npz"
+        save_checkpoint(path, state, iteration, global_step, train_seconds + time.time() - start_time, args)
+        stop.checkpoint = path  # named once written
 
     iteration, pending = start_iteration, None
     stop.training = True  # a signal now stops the run after the running call, with a checkpoint
@@ -1362,9 +1363,9 @@ def main(args, stop):
         if pending:  # the previous call's metrics are logged while this call computes (JAX dispatches asynchronously)
             log_call(*pending)
         pending, iteration = (iteration + 1, last, measure, *stacked), last
+        stopping = stop.signum is not None and iteration < args.num_iterations  # read once: it may change any time
         evaluate_now = locomotion and args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations)
-        save_now = (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)
-                    or stop.signum and iteration < args.num_iterations)
+        save_now = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations) or stopping
         if evaluate_now or save_now or iteration == args.num_iterations:
             log_call(*pending)
             pending = None
@@ -1376,14 +1377,14 @@ def main(args, stop):
                     writer.add_scalars({"charts/solve_rate": solve_rate, "charts/eval_return": eval_return}, global_step)
             if save_now:
                 checkpoint(iteration)
-        if stop.signum and iteration < args.num_iterations:
+        if stopping:
             progress.close()
             print(f"stopped by signal {stop.signum} after iteration {iteration}; resume with --resume {stop.checkpoint}")
             break
     progress.close()
     for writer in writers:
         writer.close()
-    return stop.exit_status if stop.signum and iteration < args.num_iterations else 0
+    return stop.exit_status if stopping else 0
 
 
 if __name__ == "__main__":
@@ -1397,7 +1398,7 @@ if __name__ == "__main__":
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except Exception as e:  # stopped before the first call or by a second Ctrl-C, or an error
+    except (Exception, Stop) as e:  # stopped before the first call or by a second Ctrl-C, or an error
         if isinstance(e, Stop):
             resume = stop.checkpoint or args.resume
             print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else 'before the first iteration'}); "

@@ -1008,7 +1008,7 @@ def restore_checkpoint(path, target):
 REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
 
 
-class Stop(Exception):
+class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
     """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run after the running update, with a
     checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
     update there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA."""
@@ -1198,9 +1198,9 @@ def main(args, stop):
                 log(f"eval_handmade/{name}", solved_level, global_step)
         if lead and saving:
             os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
-            stop.checkpoint = f"runs/{run_name}/checkpoints/iter_{iteration}.npz"
-            save_checkpoint(stop.checkpoint, shared, buffer, iteration, global_step, train_seconds + time.time() - start_time,
-                            args)
+            path = f"runs/{run_name}/checkpoints/iter_{iteration}.npz"
+            save_checkpoint(path, shared, buffer, iteration, global_step, train_seconds + time.time() - start_time, args)
+            stop.checkpoint = path  # named once written
         if evaluating or saving:  # work of differing length on each process (a compilation, a write on process 0)
             barrier(f"after update {iteration}")
         sps = int((global_step - start_step) / (time.time() - start_time))
@@ -1238,7 +1238,7 @@ if __name__ == "__main__":
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except Exception as e:  # stopped before the first update or by a second Ctrl-C, or an error
+    except (Exception, Stop) as e:  # stopped before the first update or by a second Ctrl-C, or an error
         if isinstance(e, Stop):
             resume = stop.checkpoint or args.resume
             print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else 'before the first update'}); "

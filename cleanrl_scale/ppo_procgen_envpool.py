@@ -888,10 +888,11 @@ def main(args):
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-")
 
-        if signalled or (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)):
+        stopping = bool(signalled)  # read once: a signal may arrive between the two uses
+        if stopping or (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)):
             last_checkpoint = save_checkpoint(f"{checkpoint_dir}/iter_{iteration}.pt", agent, optimizer, return_rms,
                                               iteration, global_step, recent_returns, args)
-        if signalled and iteration < args.num_iterations:
+        if stopping and iteration < args.num_iterations:
             progress.close()
             print(f"stopped by signal {signalled[0]} after iteration {iteration}; resume with --resume {last_checkpoint}")
             writer.close()

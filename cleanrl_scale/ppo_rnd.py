@@ -945,13 +945,14 @@ def main(args):
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-",
                              rooms=len(rooms) if room_byte is not None else "-")
 
-        if signalled or (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)):
+        stopping = bool(signalled)  # read once: a signal may arrive between the two uses
+        if stopping or (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)):
             normalisers = {"obs": (obs_rms.mean, obs_rms.var, obs_rms.count),
                            "reward": (reward_rms.mean, reward_rms.var, reward_rms.count),
                            "reward_filter": discounted_reward.rewems, "rooms": sorted(rooms)}
             last_checkpoint = save_checkpoint(f"{checkpoint_dir}/iter_{iteration}.pt", {"agent": agent, "rnd_model": rnd_model},
                                               optimizer, normalisers, iteration, global_step, recent_returns, args)
-        if signalled and iteration < args.num_iterations:
+        if stopping and iteration < args.num_iterations:
             progress.close()
             print(f"stopped by signal {signalled[0]} after iteration {iteration}; resume with --resume {last_checkpoint}")
             writer.close()

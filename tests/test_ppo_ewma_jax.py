@@ -719,8 +719,8 @@ def test_a_signal_stops_at_a_call_boundary_with_a_checkpoint_that_resumes(tmp_pa
 
 def test_a_second_ctrl_c_aborts_the_running_call(tmp_path):
     """Calls of 400 iterations (a second or more): two Ctrl-C during one call end the run before the call does, with no
-    new checkpoint and a line naming the last one."""
-    process = start_copy(SCRIPT, LONG_CARTPOLE + ["--save-every", "400"], tmp_path)
+    new checkpoint and a line naming the last one (JAX's wait for a result lets Python's signal handlers run)."""
+    process = start_copy(SCRIPT, LONG_CARTPOLE + ["--save-every", "400", "--fuse-iterations", "400"], tmp_path)
     checkpoint = wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_400.npz")
     for _ in range(2):
         process.send_signal(signal.SIGINT)
