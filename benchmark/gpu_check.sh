@@ -15,7 +15,8 @@
 # minatar parts need it; nothing of it is in this repository). PAIRS (default 3) pairs for minatar. Each command has
 # its own time limit (LIMIT_S; defaults below); one past it is cut and the next runs. On an H200 (2026-11-26) a warm
 # whole process of either side took 10-15 s, so a minatar size of 3 pairs takes ~4 minutes.
-# Every command's output goes to OUT_DIR/<part>.txt (and .json where the command writes one) as it runs.
+# VARIANTS / XLA_VARIANTS (space-separated) add the device part's --variant FLAG=VALUE / --xla-variant OPTION=VALUE[;...]
+# sides. Every command's output goes to OUT_DIR/<part>.txt (and .json where the command writes one) as it runs.
 set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PY="${PYTHON:-python3}"
@@ -41,6 +42,7 @@ for p in ${PARTS:-device minatar locomotion sfl smoke}; do
   case $p in
     device)
       variants=(); for v in ${VARIANTS:-}; do variants+=(--variant "$v"); done
+      for v in ${XLA_VARIANTS:-}; do variants+=(--xla-variant "$v"); done
       for envs in ${DEVICE_ENVS:-4096 65536 524288}; do
         part "device_$envs" "${LIMIT_S:-150}" "$PY" profile_jax.py --reference "${REFERENCE:?REFERENCE: a PureJaxRL checkout}" \
           --num-envs "$envs" --calls 10 "${variants[@]}" --json "$OUT_DIR/device_$envs.json"
@@ -56,7 +58,7 @@ for p in ${PARTS:-device minatar locomotion sfl smoke}; do
       done ;;
     sfl)
       part sfl_first_update "${LIMIT_S:-300}" "$PY" sfl_steps_per_second.py first-update --env-size s --num-envs 2048 \
-        --model mlp --repeats 1 ;;
+        --model mlp --repeats 1 --json "$OUT_DIR/sfl_first_update.json" ;;
     smoke)
       part cuda_smoke "${LIMIT_S:-600}" bash cuda_smoke.sh "$OUT_DIR/cuda_smoke_runs" ;;
     *) echo "gpu_check: unknown part $p (device, minatar, locomotion, sfl, smoke)" >&2; exit 2 ;;

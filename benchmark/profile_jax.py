@@ -14,7 +14,9 @@ side, with their share of the side's device time. Host loop, logging and compila
     python benchmark/profile_jax.py --num-envs 256 --calls 10 --against 426989b     (a change, side by side)
 
 --against REV times the script as it was at a git revision the same way, in the same process (both programs compiled,
-then their calls timed in turn, the first of each round rotating).
+then their calls timed in turn, the first of each round rotating); so do --variant FLAG=VALUE (the script with that
+flag) and --xla-variant OPTION=VALUE[;OPTION=VALUE] (its program compiled with those XLA options, e.g.
+xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE; boolean values are True/False).
 """
 import argparse
 import ast
@@ -76,9 +78,9 @@ def load_at(revision):
     return module
 
 
-def project_program(opts, ewma, overrides):
+def project_program(opts, ewma, overrides, xla):
     """(call(measure) -> metrics, iterations a call, the no-dynamics and the dynamics masks) of the script's jitted
-    call at these sizes (and these flags of --variant), compiled and run once."""
+    call at these sizes (and these flags of --variant), compiled (with the XLA options of --xla-variant) and run once."""
     flags = dict(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=opts.num_minibatches,
                  update_epochs=4, learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
                  hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000)
@@ -94,7 +96,7 @@ def project_program(opts, ewma, overrides):
     active = jnp.ones(args.fuse_iterations, bool)
     # the float flags as traced arguments, as the script runs them (revisions before hyperparameters(): constants)
     hyper = (ewma.hyperparameters(args),) if hasattr(ewma, "hyperparameters") else ()
-    compiled = jax.jit(update, donate_argnums=0).lower(runner, levels, plain, active, *hyper).compile()
+    compiled = jax.jit(update, donate_argnums=0).lower(runner, levels, plain, active, *hyper).compile(xla or None)
     state = {"runner": runner}
 
     def call(measure=plain):
@@ -113,13 +115,22 @@ def seconds_an_iteration(program, measure):
 
 
 def project_sides(opts, modules):
-    """{side: figures} for the script (at --against, with each --variant), their calls timed in turn."""
-    programs = {side: project_program(opts, module, overrides) for side, (module, overrides) in modules.items()}
+    """{side: figures} for the script (at --against, with each --variant), their calls timed in turn; a side that fails
+    to compile or run is reported with its error (XLA:GPU has failed on some sizes' variants) and left out."""
+    programs, failed = {}, {}
+    for side, (module, overrides, xla) in modules.items():
+        try:
+            programs[side] = project_program(opts, module, overrides, xla)
+        except Exception as e:  # noqa: BLE001 -- the other sides are still measured
+            failed[side] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+            print(f"{side}: failed: {failed[side]['error']}", flush=True)
+    if "project" not in programs:
+        raise SystemExit(f"profile_jax.py: the script's own program failed: {failed['project']['error']}")
     seconds = {side: [] for side in programs}
     for i in range(opts.calls):
         for side in list(programs)[i % len(programs):] + list(programs)[: i % len(programs)]:  # the first rotates
             seconds[side].append(seconds_an_iteration(programs[side], programs[side][2]))
-    report = {}
+    report = dict(failed)
     for side, program in programs.items():
         with_dynamics = [seconds_an_iteration(program, program[3]) for _ in range(2)]
         report[side] = {"fuse_iterations": program[1], "iteration_s": statistics.median(seconds[side]),
@@ -170,6 +181,14 @@ def variant(text):
     return name.replace("-", "_"), ast.literal_eval(value)
 
 
+def xla_variant(text):
+    """--xla-variant option=value[;option=value]: XLA compile options (jax's `.compile(compiler_options)`)."""
+    pairs = [item.partition("=") for item in text.split(";")]
+    if not all(name.startswith("xla_") and value for name, _, value in pairs):
+        raise argparse.ArgumentTypeError(f"--xla-variant {text!r}: expected xla_option=value[;xla_option=value]")
+    return text, {name: value for name, _, value in pairs}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", type=Path, help="a PureJaxRL checkout (its purejaxrl/ppo.py and wrappers.py)")
@@ -183,6 +202,9 @@ def main():
     parser.add_argument("--against", metavar="REV", help="also time the script as it was at this git revision")
     parser.add_argument("--variant", type=variant, action="append", default=[], metavar="FLAG=VALUE",
                         help="also time the script with this flag (repeatable: one program each), e.g. unroll=16")
+    parser.add_argument("--xla-variant", type=xla_variant, action="append", default=[], metavar="OPTION=VALUE[;...]",
+                        help="also time the script's program compiled with these XLA options (repeatable), e.g. "
+                             "xla_gpu_enable_command_buffer=FUSION,CUBLAS,WHILE")
     parser.add_argument("--json", type=Path)
     opts = parser.parse_args()
     if min(opts.num_envs, opts.num_steps, opts.num_minibatches, opts.calls, opts.repeats) < 1:
@@ -194,33 +216,35 @@ def main():
     unknown = [name for name, _ in opts.variant if name not in project.Args.__dataclass_fields__]
     if unknown:
         raise SystemExit(f"profile_jax.py: error: --variant {unknown[0]}: not a flag of ppo_ewma_jax.py")
-    modules = {"project": (project, {})}
+    modules = {"project": (project, {}, {})}
     if opts.against:
-        modules["against"] = (load_at(opts.against), {})
+        modules[f"project at {opts.against}"] = (load_at(opts.against), {}, {})
     for name, value in opts.variant:
-        modules[f"{name}={value}"] = (project, {name: value})
+        modules[f"{name}={value}"] = (project, {name: value}, {})
+    for text, options in opts.xla_variant:
+        modules[f"xla {text}"] = (project, {}, options)
     report.update(project_sides(opts, modules))
     if opts.reference:
         report["reference"] = reference_side(opts)
     batch = opts.num_envs * opts.num_steps
-    for side in ["project", "against", *(f"{n}={v}" for n, v in opts.variant), "reference"]:
-        if side in report:
-            r = report[side]
-            profile = r["profile"]
-            print(f"{side if side != 'against' else f'project at {opts.against}'}: {r['iteration_s'] * 1e3:.2f} ms an iteration ({batch / r['iteration_s']:,.0f} steps/s); "
-                  f"profiled: {profile['device_us'] / 1e3:.1f} ms over {r['profiled_iterations']} iterations"
-                  + (", with initialisation" if side == "reference" else "") + "; top:")
-            for k in profile["top"]:
-                print(f"  {k['us'] / 1e3:9.2f} ms {100 * k['share']:5.1f}%  {k['name']}")
-    if "against" in report:
-        print(f"ratio (project at {opts.against} s / project s an iteration): "
-              f"x{report['against']['iteration_s'] / report['project']['iteration_s']:.3f}")
-    for name, value in opts.variant:
-        print(f"ratio (project s / project with {name}={value} s an iteration): "
-              f"x{report['project']['iteration_s'] / report[f'{name}={value}']['iteration_s']:.3f}")
+    measured = [side for side in report if "iteration_s" in report.get(side, {})]
+    for side in measured:
+        r = report[side]
+        profile = r["profile"]
+        print(f"{side}: {r['iteration_s'] * 1e3:.2f} ms an iteration ({batch / r['iteration_s']:,.0f} steps/s); "
+              f"profiled: {profile['device_us'] / 1e3:.1f} ms over {r['profiled_iterations']} iterations"
+              + (", with initialisation" if side == "reference" else "") + "; top:")
+        for k in profile["top"]:
+            print(f"  {k['us'] / 1e3:9.2f} ms {100 * k['share']:5.1f}%  {k['name']}")
+    for side in measured:
+        if side not in ("project", "reference"):
+            print(f"ratio (project s / {side} s an iteration): "
+                  f"x{report['project']['iteration_s'] / report[side]['iteration_s']:.3f}")
     if "reference" in report:
-        print(f"ratio (reference s / project s an iteration): x{report['reference']['iteration_s'] / report['project']['iteration_s']:.3f}; "
-              f"{report['machine']}")
+        for side in (s for s in measured if s != "reference"):
+            print(f"ratio (reference s / {side} s an iteration): "
+                  f"x{report['reference']['iteration_s'] / report[side]['iteration_s']:.3f}")
+        print(report["machine"])
     if opts.json:
         opts.json.write_text(json.dumps(report, indent=2))
 

@@ -48,3 +48,12 @@ def test_a_variant_that_is_no_flag_stops_before_any_run():
     result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "profile_jax.py"), "--variant", "unrol=4"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode != 0 and "--variant unrol: not a flag of ppo_ewma_jax.py" in result.stderr
+
+
+def test_an_xla_variant_is_xla_options_and_their_values():
+    text = "xla_gpu_enable_command_buffer=FUSION,WHILE;xla_gpu_command_buffer_unroll_loops=True"
+    assert profile_jax.xla_variant(text) == (text, {"xla_gpu_enable_command_buffer": "FUSION,WHILE",
+                                                    "xla_gpu_command_buffer_unroll_loops": "True"})
+    for bad in ("unroll=4", "xla_gpu_enable_command_buffer", "xla_a=1;", "xla_a="):
+        with pytest.raises(Exception, match="expected xla_option=value"):
+            profile_jax.xla_variant(bad)
