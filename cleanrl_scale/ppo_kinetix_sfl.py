@@ -404,6 +404,11 @@ def resolve_args(args, num_devices=None):
             missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
         except Exception as e:  # a truncated or foreign file
             raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+        this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
+        foreign = set(meta.get("args", {})) - set(asdict(args))
+        written_by = meta.get("script") or ("another script" if foreign else this)
+        if written_by != this:
+            raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
         if missing:
             raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
         for flag in STRUCTURAL_FLAGS:
@@ -666,7 +671,7 @@ def make_env(args):
     from kinetix.environment.env_state import EnvParams
     from kinetix.environment.spaces import ActionType, ObservationType
     from kinetix.environment.ued.ued import UEDParams, create_vmapped_filtered_distribution, make_reset_fn_sample_kinetix_level
-    from kinetix.environment.utils import static_env_params_from_size
+    from kinetix.environment.utils import create_empty_env, static_env_params_from_size
     from kinetix.util.saving import load_evaluation_levels
 
     static_params = static_env_params_from_size(args.env_size)
@@ -700,7 +705,9 @@ def make_env(args):
         return tuple(names), levels
 
     dims = tuple(int(n) for n in np.asarray(env.action_space(env_params).number_of_dims_per_distribution))
-    example_obs = jax.eval_shape(lambda key: reset(key, sample_level(key))[0], jax.random.PRNGKey(0))
+    # the observation's shape from the empty level every sampled level starts from (tested: a sampled level's, both
+    # observation types): tracing the sampler here took 10-16 s on a CPU, and the update's trace traced it again
+    example_obs = jax.eval_shape(lambda key: reset(key, create_empty_env(static_params))[0], jax.random.PRNGKey(0))
     return Env(sample_levels, reset, step, example_obs, dims, int(env_params.max_timesteps), handmade)
 
 
@@ -815,8 +822,11 @@ def make_train(args, env):
         """levels_by_index(..., rng, first, local_envs), drawn in pieces the size of an update's fresh levels where
         they divide it: the same levels, from the sampler the update traced."""
         piece = local_fresh if local_fresh and local_envs % local_fresh == 0 else local_envs
-        pieces = [levels_by_index(env.sample_levels, pool, rng, first + j * piece, piece) for j in range(local_envs // piece)]
-        return strong(jax.tree.map(lambda *x: jnp.concatenate(x), *pieces))  # the update's types: one trace of the step
+        # a loop over the pieces, not a list: one copy of Kinetix's sampler in the program (a copy a piece doubled the
+        # SFL program's compilation at Table 3's presets)
+        pieces = jax.lax.map(lambda j: levels_by_index(env.sample_levels, pool, rng, first + j * piece, piece),
+                             jnp.arange(local_envs // piece, dtype=jnp.int32))
+        return strong(jax.tree.map(lambda x: x.reshape((local_envs,) + x.shape[2:]), pieces))  # the update's types
 
     def rollout_levels(rng, buffer):
         """Each env's level for this rollout: a share rho from the buffer (picked uniformly), the rest fresh
@@ -980,7 +990,8 @@ def save_checkpoint(path, shared, buffer, iteration, global_step, train_seconds,
     """One .npz: every array of the training state and the SFL buffer, plus the flags and counters."""
     leaves = [host(x) for x in jax.tree.leaves((shared, buffer))]
     meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
-            "train_seconds": train_seconds, "args": asdict(args)}
+            "train_seconds": train_seconds, "args": asdict(args),
+            "script": os.path.basename(__file__)}
     tmp = f"{path}.tmp.npz"
     np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
     os.replace(tmp, path)  # never a half-written checkpoint
@@ -1101,15 +1112,16 @@ def main(args, stop):
     if args.resume is not None:
         restored, start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, shapes)
         shared, buffer = replicate(restored)
-    # the update compiles on a second thread while this one builds the first SFL buffer (its own compilation and the
-    # filtering rollouts)
+    # the update and init compile on other threads while this one compiles SFL's program and builds the first buffer
     hyper = replicate(hyperparameters(args))  # traced: other values of these flags run the same program
     shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated), (*shapes, hyper))
+    key_shape = jax.ShapeDtypeStruct(k_init.shape, k_init.dtype, sharding=replicated)
     compiled_update = in_background(lambda: update.lower(*shapes).compile())
-    stop.compiling = [compiled_update]
-    sfl_update = sfl_update.lower(shapes[0], jax.ShapeDtypeStruct(k_sfl.shape, k_sfl.dtype, sharding=replicated)).compile()
+    compiled_init = in_background(lambda: init.lower(key_shape).compile())
+    stop.compiling = [compiled_update, compiled_init]
+    sfl_update = sfl_update.lower(shapes[0], key_shape).compile()
     if args.resume is None:
-        shared = init(replicate(k_init))
+        shared = compiled_init.result()(replicate(k_init))
 
     @cache  # at the first evaluation: drawing and loading it takes a minute on a CPU
     def evaluation_set():

@@ -324,3 +324,15 @@ def test_learning_rate_schedule_is_optax_linear_schedule(sfl, anneal):
         return args, sfl.make_train(args, sfl.Env(*[None] * 4, (1,), 1, None))[4]  # the schedule reads no env
 
     assert_schedule_is_optax(sfl, args_and_schedule, anneal)
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_the_example_observation_is_a_sampled_levels(sfl, model):
+    """make_env takes the observation's shapes from Kinetix's empty level (no traced sampler): those of a sampled one."""
+    import jax
+
+    env = sfl.make_env(sfl.resolve_args(sfl.Args(env_size="s", model=model, num_envs=8, sfl_num_candidates=8,
+                                                 sfl_buffer_size=4, filter_levels=False), num_devices=1))
+    key = jax.random.PRNGKey(0)
+    sampled = jax.eval_shape(lambda: env.reset(key, jax.tree.map(lambda x: x[0], env.sample_levels(key, 1)))[0])
+    assert sampled == env.example_obs
