@@ -27,7 +27,8 @@ kept apart: each is its own config.
   the number of runs per config and env, the missing and failed runs and the figures on one page;
 - with --coverage, the coverage metric of the data-collection paper (App. B.7, Fig. 2) from the states the
   scripts save every --coverage-every iterations (`runs/<run>/coverage.bin`, --coverage-samples): per env, one
-  UMAP (umap-learn) projects the states of every run compared to 2-D, so that they share one projection; a
+  UMAP (umap-learn) projects the observations of every run compared to 2-D, so that they share one projection
+  (--coverage-space features: each run's features alone, in its own projection); a
   uniform --coverage-grid x --coverage-grid grid over the projection's bounding box; each run's share of
   cells visited by its states so far, at each saved iteration (`coverage/cvg`), and by that iteration's states
   alone (`cvg_batch`) (in `runs.csv`, `coverage.csv` per run and iteration, `coverage_aggregate.csv` per config), and
@@ -356,32 +357,42 @@ def project(samples, seed, fit_points):
 
 def coverage_tables(runs, space, grid, seed, fit_points, x_unit):
     """(per run and iteration: run, env, iteration, x, cvg (cumulative), cvg_batch (that iteration's states alone);
-    per state: run, env, progress, u, v) of runs [(key, run directory, command)]: one projection per env over the
-    states of every run of that env."""
+    per state: run, env, progress, u, v) of runs [(key, run directory, command)]. Observations: one projection per env
+    over the states of every run of that env (one space, so runs compare in it). Features: one projection per run
+    (App. B.7 embeds each network's own representations: features of different networks share no space, and a run's
+    coverage must not depend on which other runs are analysed beside it)."""
     found = [(key, command, read_coverage(d)) for key, d, command in runs]
     found = [(key, command, r) for key, command, r in found if r is not None and len(r)]
     curves, points = [], []
     for env in sorted({command["env"] for _, command, _ in found}):
         runs = [(key, r) for key, command, r in found if command["env"] == env]
-        # uint8 frames (the torch scripts' thumbnails) to [0, 1]; the JAX scripts' float16 observations as they are
-        samples = np.concatenate([r[space] / 255.0 if r[space].dtype == np.uint8 else r[space].astype(np.float32)
-                                  for _, r in runs])
-        embedded = project(samples, seed, fit_points)
-        low, high = embedded.min(axis=0), embedded.max(axis=0)
-        start = 0
-        for key, r in runs:
-            xy, start = embedded[start:start + len(r)], start + len(r)
-            cells = grid_cells(xy, low, high, grid)
-            at, cvg = cumulative_coverage(cells, r["iteration"], grid)
-            order = np.argsort(r["iteration"], kind="stable")
-            steps = r["global_step"][order][np.unique(r["iteration"][order], return_index=True)[1]]
-            curves.append(pd.DataFrame({"run": key, "env": env, "iteration": at, "x": (at if x_unit == "iterations" else steps).astype(float),
-                                        "cvg": cvg, "cvg_batch": batch_coverage(cells, r["iteration"], grid)[1]}))
-            points.append(pd.DataFrame({"run": key, "env": env, "progress": r["iteration"] / r["iteration"].max(),
-                                        "u": xy[:, 0], "v": xy[:, 1]}))
+        for group in ([runs] if space == "obs" else [[run] for run in runs]):
+            # uint8 frames (the torch scripts' thumbnails) to [0, 1]; the JAX scripts' float16 observations as they are
+            samples = np.concatenate([r[space] / 255.0 if r[space].dtype == np.uint8 else r[space].astype(np.float32)
+                                      for _, r in group])
+            embedded = project(samples, seed, fit_points)
+            low, high = embedded.min(axis=0), embedded.max(axis=0)
+            start = 0
+            for key, r in group:
+                xy, start = embedded[start:start + len(r)], start + len(r)
+                curve, state_points = run_coverage(key, env, r, grid_cells(xy, low, high, grid), xy, grid, x_unit)
+                curves.append(curve)
+                points.append(state_points)
     if not curves:
         return pd.DataFrame(), pd.DataFrame()
     return pd.concat(curves, ignore_index=True), pd.concat(points, ignore_index=True)
+
+
+def run_coverage(key, env, r, cells, xy, grid, x_unit):
+    """(the run's coverage curve by iteration, its states' 2-D points) of one run's states `r` and their cells."""
+    at, cvg = cumulative_coverage(cells, r["iteration"], grid)
+    order = np.argsort(r["iteration"], kind="stable")
+    steps = r["global_step"][order][np.unique(r["iteration"][order], return_index=True)[1]]
+    curve = pd.DataFrame({"run": key, "env": env, "iteration": at, "x": (at if x_unit == "iterations" else steps).astype(float),
+                          "cvg": cvg, "cvg_batch": batch_coverage(cells, r["iteration"], grid)[1]})
+    state_points = pd.DataFrame({"run": key, "env": env, "progress": r["iteration"] / r["iteration"].max(),
+                                 "u": xy[:, 0], "v": xy[:, 1]})
+    return curve, state_points
 
 
 # ---------------------------------------------------------------------------------------------
@@ -708,8 +719,8 @@ def build_parser():
                         "paper's value did not survive in its text)")
     parser.add_argument("--coverage-space", choices=["obs", "features"], default="obs", help="what UMAP projects: the "
                         "saved observation thumbnails (comparable across runs) or each run's penultimate features "
-                        "(each network's own feature space, projected together)")
-    parser.add_argument("--coverage-fit", type=int, default=20000, help="states UMAP is fitted on, per env (the "
+                        "(each network's own feature space: each run projected alone, App. B.7)")
+    parser.add_argument("--coverage-fit", type=int, default=20000, help="states UMAP is fitted on, per projection (the "
                         "others are transformed)")
     parser.add_argument("--envs", nargs="+", metavar="ENV", help="analyse only these envs' runs (e.g. one game of several "
                         "whose returns have no common scale)")

@@ -255,6 +255,11 @@ def resolve_args(args):
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    storage = args.batch_size * (4 * 84 * 84 + 128)  # a step's 4 stacked 84 x 84 frames (uint8) and its numbers (under 128 bytes)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if storage > memory:
+        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: the rollout's storage alone takes "
+                      f"{storage / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB of memory")
     if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
         raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
                       f"first of the dynamics/ sample; got {args.coverage_samples})")
@@ -281,12 +286,17 @@ def load_checkpoint(path):
         state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are Python objects
     except Exception as e:
         raise BadFlag(f"--resume {path}: not a checkpoint of this script ({type(e).__name__})")
+    this = os.path.basename(__file__)
+    if isinstance(state, dict) and state.get("script", this) != this:
+        raise BadFlag(f"--resume {path} is a checkpoint of {state['script']}, not of {this}")
     if not isinstance(state, dict) or not {"agent", "optimizer", "rng", "iteration", "global_step", "args"} <= set(state):
         raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
     return state
 
 
 def check_resume(args, state):
+    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key, of another script
+        raise BadFlag(f"--resume {args.resume} is a checkpoint of another script, not of {os.path.basename(__file__)}")
     for flag in CHECKPOINT_MUST_MATCH:
         if state["args"].get(flag) != getattr(args, flag):
             raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
@@ -309,6 +319,7 @@ def save_checkpoint(path, agent, optimizer, iteration, global_step, recent_retur
     state = {
         "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
         "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
+        "script": os.path.basename(__file__),
         "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
     }

@@ -108,6 +108,9 @@ class Args:
     """evaluate `charts/solve_rate` on every morphology every this many iterations (0 = never; locomotion only)"""
     brax_backend: str = "positional"
     """Brax's physics pipeline: positional (PureJaxRL's choice), generalized, spring or mjx (Brax envs only)"""
+    brax_fresh_starts: bool = False
+    """each Brax episode from a new random start state, as Isaac Gym re-randomises at every reset (Brax's auto-reset,
+    PureJaxRL's and the default, restarts each env from its own first state: N_envs distinct start states)"""
     norm_obs: bool = True
     """normalise observations by running mean and variance over all envs' steps (PureJaxRL's NormalizeVecObservation;
     Brax envs only)"""
@@ -398,7 +401,8 @@ def resolve_args(args):
         finally:
             mujoco.set_mju_user_warning(previous)
     if suite != "brax":  # Brax's flags left at their defaults elsewhere: a value given would be silently unused
-        for flag, default in (("brax_backend", "positional"), ("norm_obs", True), ("norm_reward", True)):
+        for flag, default in (("brax_backend", "positional"), ("brax_fresh_starts", False), ("norm_obs", True),
+                              ("norm_reward", True)):
             if getattr(args, flag) != default:
                 raise BadFlag(f"--{flag.replace('_', '-')} applies to Brax environments only (--env-id {args.env_id})")
     args.batch_size = args.num_envs * args.num_steps
@@ -424,6 +428,14 @@ def resolve_args(args):
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.batch_size * args.num_seeds >= 2**31:
+        raise BadFlag(f"--num-envs x --num-steps x --num-seeds must be below 2^31 (the program indexes its batch with int32; "
+                      f"got {args.batch_size * args.num_seeds})")
+    storage = args.batch_size * args.num_seeds * 24  # a transition's observation (one float32 at least) and 5 numbers
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if storage > memory:
+        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}{f' x --num-seeds {args.num_seeds}' * (args.num_seeds > 1)}: "
+                      f"the batch alone takes {storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
     if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
         raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
                       f"first of the dynamics/ sample; got {args.coverage_samples})")
@@ -446,6 +458,11 @@ def resolve_args(args):
             missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
         except Exception as e:  # a truncated or foreign file
             raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+        this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
+        foreign = set(meta.get("args", {})) - set(asdict(args))
+        written_by = meta.get("script") or ("another script" if foreign else this)
+        if written_by != this:
+            raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
         if missing:
             raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
         for flag in STRUCTURAL_FLAGS:
@@ -472,6 +489,7 @@ class EnvFns(NamedTuple):
     action_dims: tuple  # discrete: categories of each action dimension (one categorical each); continuous: (size,)
     max_episode_steps: int
     continuous: bool = False  # Gaussian actions in [-1, 1]
+    raw_obs: callable = None  # state -> its observations before normalisation (Brax), the coverage states
 
 
 class RunningStats(NamedTuple):
@@ -521,6 +539,11 @@ def make_brax_env(args):
     def step(keys, state, action, levels, ids):
         env_state = jax.vmap(env.step)(state.env, jnp.clip(action, -1.0, 1.0))
         done = env_state.done > 0.5  # ended or cut at BRAX_EPISODE_LENGTH (both end the return, as in PureJaxRL)
+        if args.brax_fresh_starts:  # where an episode ended, a new random start in place of the env's first one
+            fresh = jax.vmap(env.reset)(keys)
+            new = lambda f, s: jnp.where(done.reshape(done.shape + (1,) * (s.ndim - 1)), f, s)
+            env_state = env_state.replace(pipeline_state=jax.tree.map(new, fresh.pipeline_state, env_state.pipeline_state),
+                                          obs=new(fresh.obs, env_state.obs))
         obs_stats = state.obs_stats.update(env_state.obs)
         discounted_return = state.discounted_return * args.gamma * (1 - done) + env_state.reward
         return_stats = state.return_stats.update(discounted_return)
@@ -528,8 +551,10 @@ def make_brax_env(args):
         state = BraxState(env_state, obs_stats, return_stats, discounted_return)
         return normalise(env_state.obs, obs_stats), state, reward, done, jnp.zeros_like(done), env_state.reward
 
+    # coverage (App. B.7) measures the spread of the states visited: the raw observations, not ones divided by their
+    # own running spread
     return EnvFns(lambda rng: jnp.zeros(1), reset, step, env.observation_size, (env.action_size,),
-                  BRAX_EPISODE_LENGTH, continuous=True)
+                  BRAX_EPISODE_LENGTH, continuous=True, raw_obs=(lambda state: state.env.obs) if args.norm_obs else None)
 
 
 def make_env(args):
@@ -816,6 +841,7 @@ class Transition(NamedTuple):
     value: jnp.ndarray
     reward: jnp.ndarray
     done: jnp.ndarray
+    raw_obs: jnp.ndarray = None  # the observation before normalisation, where the env normalises it (Brax)
 
 
 class RunnerState(NamedTuple):
@@ -935,7 +961,7 @@ def make_train(args, env):
             "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
             # states for the coverage metric (App. B.7): the first --coverage-samples of the sample; the host fetches
             # and writes those of the --coverage-every iterations
-            "coverage/obs": obs[sample[: args.coverage_samples]].astype(jnp.float16),
+            "coverage/obs": (obs if batch.raw_obs is None else batch.raw_obs)[sample[: args.coverage_samples]].astype(jnp.float16),
             "coverage/features": actor_hidden[-1][: args.coverage_samples].astype(jnp.float16),
         }
 
@@ -968,7 +994,8 @@ def make_train(args, env):
             # an env whose episode ended has just been reset onto runner.level_ids: draw its next one (locomotion)
             level_ids = jnp.where(done, random_level_ids(k_ids), runner.level_ids) if levelled else runner.level_ids
             stats = (done, episode_return * done, episode_length * done, solved)
-            transition = Transition(runner.obs, action, pi.log_prob(dist, action), dist, value, reward, done.astype(jnp.float32))
+            transition = Transition(runner.obs, action, pi.log_prob(dist, action), dist, value, reward, done.astype(jnp.float32),
+                                    env.raw_obs(runner.env_state) if env.raw_obs else None)
             runner = runner._replace(env_state=env_state, obs=obs, level_ids=level_ids, rng=rng,
                                      episode_return=episode_return * (1 - done), episode_length=episode_length * (1 - done))
             return runner, (transition, stats)
@@ -1117,7 +1144,8 @@ def save_checkpoint(path, state, iteration, global_step, train_seconds, args):
     """One .npz: every array of `state` (the runner state and the morphologies), plus the flags and counters."""
     leaves = jax.tree.leaves(state)
     meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
-            "train_seconds": train_seconds, "args": asdict(args)}
+            "train_seconds": train_seconds, "args": asdict(args),
+            "script": os.path.basename(__file__)}
     tmp = f"{path}.tmp.npz"
     np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)})
     os.replace(tmp, path)  # never a half-written checkpoint

@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -109,3 +110,28 @@ def test_saved_states_are_block_means_of_the_frame_and_the_penultimate_features(
         features = penultimate(net, obs.float() / 255.0).numpy()
     assert records["features"].dtype == np.float16 and records["features"].shape == features.shape
     np.testing.assert_allclose(records["features"].astype(np.float32), features, rtol=2e-3, atol=1e-3)
+
+
+def write_run(ppo_atari, run_dir, features):
+    """A run directory holding one attempt's saved states with these features (iterations 1, 2, ... in equal parts)."""
+    attempt = run_dir / "runs" / "attempt"
+    attempt.mkdir(parents=True)
+    (attempt / "events.out.tfevents.100.host.1.0").write_bytes(b"")
+    records = np.zeros(len(features), ppo_atari.coverage_dtype(features.shape[1]))
+    records["iteration"] = 1 + np.arange(len(features)) * 4 // len(features)
+    records["global_step"], records["features"] = records["iteration"] * 64, features
+    ppo_atari.append_coverage(str(attempt), records)
+
+
+def test_feature_coverage_of_a_run_does_not_depend_on_the_runs_beside_it(ppo_atari, tmp_path):
+    """Each network's features live in its own space: a run projected alone and beside another gets one coverage
+    (projected together, a second run's far-away features squeezed the first into a few cells)."""
+    rng = np.random.default_rng(0)
+    write_run(ppo_atari, tmp_path / "a", rng.random((120, 8)))
+    write_run(ppo_atari, tmp_path / "b", 100 + 0.01 * rng.standard_normal((120, 8)))  # another network's scale
+    command = {"env": "Breakout-v5"}
+    tables = {names: analyze.coverage_tables([(n, tmp_path / n, command) for n in names], "features", 8, 0, 20000, "iterations")[0]
+              for names in (("a",), ("a", "b"))}
+    alone, beside = (t[t.run == "a"].reset_index(drop=True) for t in tables.values())
+    assert len(alone) == 4 and alone.cvg.iloc[-1] > 0.1
+    pd.testing.assert_frame_equal(alone, beside)

@@ -165,6 +165,27 @@ def test_the_brax_env_steps_are_purejaxrls_wrappers(ewma):
     assert ends > 0  # the auto-reset path was taken
 
 
+@pytest.mark.parametrize("fresh", [False, True])
+def test_an_ended_episode_restarts_from_the_envs_first_state_or_a_fresh_random_one(ewma, fresh):
+    """Brax's auto-reset puts an env back in its own first state (N_envs start states in all); --brax-fresh-starts
+    draws a new random one, as Isaac Gym re-randomises at every reset. Both inverted pendulums are put at their
+    episode's last step, so the next step ends (truncates) both episodes."""
+    args = ewma.resolve_args(ewma.Args(env_id="inverted_pendulum", num_envs=2, num_minibatches=2, norm_obs=False,
+                                       brax_fresh_starts=fresh))
+    env = ewma.make_env(args)
+    first, state = env.reset(jax.random.split(jax.random.PRNGKey(0), 2), None, None)
+    steps = jnp.full(2, ewma.BRAX_EPISODE_LENGTH - 1.0)
+    state = state._replace(env=state.env.replace(info={**state.env.info, "steps": steps}))
+    obs, state, _, done, _, _ = jax.jit(env.step)(jax.random.split(jax.random.PRNGKey(1), 2), state, jnp.zeros((2, 1)),
+                                                  None, None)
+    assert done.all()
+    if fresh:
+        assert np.abs(np.asarray(obs) - np.asarray(first)).min() > 1e-4  # every number new: a new random start
+        np.testing.assert_array_equal(obs, state.env.obs)
+    else:
+        np.testing.assert_allclose(obs, first, rtol=0, atol=0)
+
+
 # ---- flags -------------------------------------------------------------------------------------------
 def test_brax_defaults_are_purejaxrls_and_locomotions_stay_table_2(ewma):
     args = ewma.resolve_args(ewma.Args(env_id="ant"))
@@ -219,8 +240,14 @@ def test_ant_logs_every_tag_and_ddr_is_the_batch_over_the_exact_kl(ant_run):
     np.testing.assert_allclose(scalars["losses/entropy"][0], 8 * 0.5 * (1 + np.log(2 * np.pi)), atol=0.1)
     assert all(0 < v <= 100 for v in scalars["dynamics/ess_pct"]) and all(v > 0 for v in scalars["dynamics/policy_variance"])
     assert "brax_backend" in texts["hyperparameters/text_summary"][0]
-    # the coverage states: the (normalised) 27 observed numbers and the actor's 256 tanh units, at iterations 1, 2, 4
+    # the coverage states: the 27 observed numbers and the actor's 256 tanh units, at iterations 1, 2, 4
     assert_coverage(ant_run, [1, 2, 4], (27,), 256, samples=64, relu=False)
+    # raw, not normalised (the running normalisation divides out the spread coverage measures): Ant's first observed
+    # number is its torso's height, 0.2-1.5 m while it lives; normalised, about half the values would be negative
+    from benchmark.analyze import read_coverage
+
+    height = read_coverage(ant_run)["obs"][:, 0].astype(np.float32)
+    assert np.all((0.2 < height) & (height < 1.5)), height
 
 
 def test_ant_resumes_exactly_with_its_normalisation_statistics(ant_run, tmp_path):

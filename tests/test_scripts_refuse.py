@@ -1,5 +1,6 @@
 """Every script, as a user runs a copy of it: a run name that would leave runs/, a runs/ that is a file and a computed field
 set as a flag are refused before any compute (exit 2, one line naming the rule, nothing written)."""
+import os
 from pathlib import Path
 
 import pytest
@@ -33,3 +34,65 @@ def test_a_computed_field_given_as_a_flag_is_refused(script, tmp_path):
     be silently overwritten."""
     result = run_copy(script, ["--num-iterations", "999"], tmp_path, timeout=300)
     assert_bad_input(result, tmp_path, "--num-iterations is computed from the other flags: do not set it (got 999)")
+
+
+CHECKPOINTING = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_kinetix_sfl"]
+
+
+def write_checkpoint(path, meta):
+    """A checkpoint in the script's own format (torch's for the torch scripts, .npz for the JAX ones) holding `meta`."""
+    if path.suffix == ".npz":
+        import json
+
+        import numpy as np
+
+        np.savez(path, meta=np.array(json.dumps({"num_leaves": 0, "iteration": 1, "global_step": 8, **meta})))
+    else:
+        import torch
+
+        keys = ("agent", "q_network", "rnd_model", "optimizer", "normalisers", "return_rms", "rng", "recent_returns")
+        torch.save({**dict.fromkeys(keys, {}), "iteration": 1, "global_step": 8, **meta}, path)  # every script's keys
+
+
+@pytest.mark.parametrize("script", CHECKPOINTING)
+@pytest.mark.parametrize("written_by", ["named", "older"])
+def test_resume_of_another_scripts_checkpoint_names_it(script, written_by, tmp_path):
+    """A checkpoint names the script that wrote it; an older one without the name is known by a flag this script lacks
+    (it used to be refused for the first structural flag that differed, as if it were this script's)."""
+    other = "ppo_rnd" if script != "ppo_rnd" else "pqn_atari"
+    path = tmp_path / ("ckpt.npz" if script in ("ppo_ewma_jax", "ppo_kinetix_sfl") else "ckpt.pt")
+    meta = {"args": {"a_flag_of_no_script_here": 1}} if written_by == "older" else {"args": {}, "script": f"{other}.py"}
+    write_checkpoint(path, meta)
+    result = run_copy(script, ["--resume", str(path)], tmp_path, timeout=300)
+    name = "another script" if written_by == "older" else f"{other}.py"
+    assert_bad_input(result, tmp_path, f"--resume {path} is a checkpoint of {name}, not of {script}.py")
+
+
+@pytest.mark.parametrize("script, flags", [
+    ("ppo_atari_envpool", ["--num-envs", "100000", "--num-steps", "100000"]),
+    ("ppo_atari_envpool", ["--num-envs", "2147483648", "--num-steps", "1"]),  # envpool's int32 num_envs: a TypeError
+    ("pqn_atari", ["--num-envs", "100000", "--num-steps", "100000"]),
+    ("ppo_rnd", ["--num-envs", "100000", "--num-steps", "100000"]),
+    ("ppo_procgen_envpool", ["--num-envs", "100000", "--num-steps", "100000"]),
+])
+def test_a_rollout_that_cannot_fit_in_memory_is_refused_with_its_size(script, flags, tmp_path):
+    budget = int(flags[1]) * int(flags[3])
+    result = run_copy(script, flags + ["--total-timesteps", str(budget)], tmp_path, timeout=300)
+    assert_bad_input(result, tmp_path, f"--num-envs {flags[1]} x --num-steps {flags[3]}: the rollout's storage alone takes")
+    assert "GiB, more than this machine's" in result.stderr
+
+
+def test_a_jax_batch_that_cannot_fit_in_memory_is_refused_with_its_size(tmp_path):
+    envs, steps = 1_048_576, 2047  # just under 2^31 transitions: at least 48 GiB (24 bytes each)
+    if os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > envs * steps * 24:
+        pytest.skip("this machine's memory holds the smallest such batch")
+    flags = ["--env-id", "CartPole-v1", "--num-envs", str(envs), "--num-steps", str(steps), "--num-minibatches", "1",
+             "--total-timesteps", str(envs * steps)]
+    result = run_copy("ppo_ewma_jax", flags, tmp_path, timeout=300)
+    assert_bad_input(result, tmp_path, f"--num-envs {envs} x --num-steps {steps}: the batch alone takes 48.0 GiB or more")
+
+
+def test_a_jax_batch_past_int32_is_refused(tmp_path):
+    flags = ["--env-id", "CartPole-v1", "--num-envs", "2147483648", "--num-steps", "1", "--total-timesteps", str(2**31)]
+    result = run_copy("ppo_ewma_jax", flags, tmp_path, timeout=300)
+    assert_bad_input(result, tmp_path, "--num-envs x --num-steps x --num-seeds must be below 2^31")

@@ -7,15 +7,17 @@
 #   fixed_batch: N_envs x N_RO = 20480 held fixed, from 512 x 40 through the default 2048 x 10 to 4096 x 5;
 #   grow: the batch grown from 2048 x 10 through N_envs (4096, 8192 envs at 10 steps) against through rollout length
 #   (2048 envs at 20, 40 steps).
-# The tasks, sizes and x2/x4 factors are this project's choice. No SCALE=small: Ant runs at a few thousand steps/s on
+# Every episode starts from a new random state (--brax-fresh-starts), as Isaac Gym re-randomises at every reset: with
+# Brax's own auto-reset each env restarts from its first state, so the number of distinct start states would be
+# N_envs and grow with it by construction. The tasks, sizes and x2/x4 factors are this project's choice. No SCALE=small: Ant runs at a few thousand steps/s on
 # 2 CPU cores (README), hours per 50M-step run; SCALE=gpu is not sized (no GPU throughput of Brax measured yet).
 source "$(dirname "$0")/common.sh"
 if smoke; then
     ENVS="inverted_pendulum"; SEEDS="1 2"; BUDGET=1024; FIXED="4 8"; BASE=4; MORE_ENVS="8"; STEPS=16; LONGER="32"
-    FLAGS=(--num-minibatches 2 --update-epochs 1 --dynamics-batch 32)
+    FLAGS=(--brax-fresh-starts --num-minibatches 2 --update-epochs 1 --dynamics-batch 32)
 else
     ENVS="ant humanoid halfcheetah"; SEEDS="1 2 3 4 5"; BUDGET=50000000; FIXED="512 1024 2048 4096"; BASE=2048
-    MORE_ENVS="4096 8192"; STEPS=10; LONGER="20 40"; FLAGS=()
+    MORE_ENVS="4096 8192"; STEPS=10; LONGER="20 40"; FLAGS=(--brax-fresh-starts)
 fi
 # a checkpoint every 500 iterations (a checkpoint holds every env's Brax state: a few per run, not 50)
 COMMON=(--save-every 500 --script ppo_ewma_jax --env-ids $ENVS --seeds $SEEDS --fixed-budget --total-timesteps $BUDGET)
