@@ -1020,12 +1020,13 @@ def make_train(args, env):
         # flattened once; the behaviour log-probs only feed the KL pass below, so they are not shuffled
         batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]),
                              (traj._replace(behav_dist=None), advantages, targets))
+        learned = (batch[0]._replace(raw_obs=None), *batch[1:])  # what minibatches gather (Brax's raw obs: coverage only)
 
         def update_epoch(carry, rng):
             # each minibatch gathers its rows of the batch where it is used: no shuffled copy of the whole batch
             permutation = jax.random.permutation(rng, args.batch_size)
             minibatch_rows = permutation.reshape(args.num_minibatches, args.minibatch_size)
-            return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], batch)),
+            return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], learned)),
                                 carry, minibatch_rows, unroll=unroll)
 
         rng, k_epochs = jax.random.split(runner.rng)
