@@ -1378,6 +1378,8 @@ def main(args, stop):
         stop.checkpoint = path  # named once written
 
     iteration, pending = start_iteration, None
+    if stop.signum is not None:  # a signal whose raise was lost (a gc callback, where it may land, ignores exceptions)
+        raise stop
     stop.training = True  # a signal now stops the run after the running call, with a checkpoint
     while iteration < args.num_iterations:
         # this call's iterations: up to --fuse-iterations, ending at the next evaluation, checkpoint or the last one

@@ -1022,16 +1022,18 @@ REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpo
 class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
     """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run after the running update, with a
     checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
-    update there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA."""
+    update there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA;
+    with several processes (`together`) it waits for the first update instead, where every process agrees to stop (one
+    that left alone would leave the others waiting at a barrier, until JAX ends them for a lost task)."""
 
     def __init__(self):
         super().__init__()
-        self.signum, self.training, self.checkpoint, self.compiling = None, False, None, []
+        self.signum, self.training, self.together, self.checkpoint, self.compiling = None, False, False, None, []
         for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(signum, self.handle)
 
     def handle(self, signum, frame):
-        if not self.training or (signum == signal.SIGINT and self.signum == signal.SIGINT):
+        if not (self.training or self.together) or (signum == signal.SIGINT and self.signum == signal.SIGINT):
             self.signum = signum
             raise self
         self.signum = self.signum or signum
@@ -1181,6 +1183,8 @@ def main(args, stop):
         if iteration == start_iteration + 1:
             update = compiled_update.result()
             barrier("update ready")
+            if stop.signum is not None and not stop.together:  # its raise was lost (a gc callback ignores exceptions)
+                raise stop
             stop.training = True  # a signal from now on stops the run after the running update, with a checkpoint
         shared, metrics = update(shared, buffer, hyper)
         metrics = jax.tree.map(host, metrics)
@@ -1240,6 +1244,10 @@ if __name__ == "__main__":
     try:
         check_distributed(args)
         if args.distributed:  # before anything touches a device, so that jax.devices() spans every process
+            # JAX's preemption service would take SIGTERM from Stop's handler (a SIGTERM then neither checkpoints nor
+            # stops the run): Stop's handler and the per-update agreement below do its work, for SIGUSR1 and Ctrl-C too
+            jax.config.update("jax_enable_preemption_service", False)
+            stop.together = True
             try:
                 jax.distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
             except ValueError as e:  # no cluster JAX can read them from (Slurm, Open MPI, ...)

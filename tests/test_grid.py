@@ -373,6 +373,26 @@ def test_a_killed_run_resumes_from_its_checkpoint_on_retry(tmp_path):
     assert aggregate.runs.sum() == 1
 
 
+def test_ctrl_c_at_the_launcher_stops_its_run_with_a_checkpoint_and_the_next_launch_resumes_it(tmp_path):
+    """A terminal's Ctrl-C reaches the launcher and its run (one process group): the run checkpoints and says so, the
+    launcher waits for it and exits 130 with the run recorded as preempted, not failed; launched again, it resumes."""
+    argv = [*BREAKOUT, "--iterations", "100", "--save-every", "4", "--out-dir", str(tmp_path), *BREAKOUT_FLAGS]
+    launcher = subprocess.Popen([sys.executable, str(ROOT / "benchmark" / "launch.py"), *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    while not list(tmp_path.glob("runs/*/command.json")):
+        time.sleep(0.2)
+    (run_dir,) = (p.parent.resolve() for p in tmp_path.glob("runs/*/command.json"))
+    wait_for_checkpoint(run_dir, launcher)
+    os.killpg(launcher.pid, signal.SIGINT)
+    output = launcher.communicate(timeout=300)[0]
+    assert launcher.returncode == 130 and "Traceback" not in output, output
+    assert (run_dir / "preempted.json").exists() and not (run_dir / "failed.json").exists()
+    assert re.search(r"stopped by signal 2 after iteration \d+; resume with --resume", (run_dir / "stdout.log").read_text())
+    again = launch_cli(argv, timeout=600)
+    assert again.returncode == 0 and again.stdout.strip().splitlines()[-1].startswith("1 done"), again.stdout + again.stderr
+    assert_resumed(run_dir, 100)
+
+
 @pytest.mark.parametrize("script, long, flags", [(CARTPOLE, LONG, CARTPOLE_FLAGS), (BREAKOUT, BREAKOUT_LONG, BREAKOUT_FLAGS)],
                          ids=["jax", "torch"])
 def test_slurm_preemption_requeues_and_resumes_through_submitit(tmp_path, script, long, flags):

@@ -134,6 +134,23 @@ def test_a_signal_checkpoints_at_the_end_of_the_iteration_and_exits_75_or_130(sc
     assert len(resumed["losses/grad_norm"]) == 1
 
 
+def test_a_second_ctrl_c_aborts_the_iteration_at_once(tmp_path):
+    """Two Ctrl-Cs 0.3 s apart early in an iteration of several seconds (4 envs x 1,024 steps of Breakout): the run
+    ends within seconds of the second, before the iteration's end, with no checkpoint of it and no "resume" line."""
+    flags = ["--num-envs", "4", "--num-steps", "1024", "--update-epochs", "1", "--dynamics-every", "0",
+             "--total-timesteps", str(4096 * 50), "--save-every", "1"]
+    process = start_copy("ppo_atari_envpool", flags, tmp_path)
+    first = wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_1.pt", timeout=300)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    process.send_signal(signal.SIGINT)
+    sent = time.time()
+    result = finish(process, 120)
+    assert result.returncode in (130, -signal.SIGINT), result.stderr[-3000:]
+    assert time.time() - sent < 3, "the second Ctrl-C did not abort at once"
+    assert sorted(p.name for p in first.parent.iterdir()) == ["iter_1.pt"] and "resume with" not in result.stdout
+
+
 def test_a_loss_that_is_not_finite_stops_the_run_naming_the_last_good_checkpoint(uninterrupted, tmp_path):
     """Resumed from iteration 2 at lr 1e30: one Adam step sends the weights to ~1e30, the next forward passes
     overflow to inf and nan in iteration 3; from the start the same happens in iteration 1, with no checkpoint yet."""
