@@ -310,6 +310,8 @@ def resolve_args(args, num_devices=None):
     for flag in ("num_devices", "batch_size", "num_iterations"):  # filled in below from the other flags
         if getattr(args, flag):
             raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
+    if not 0 <= args.seed < 2**31:  # the seed is an int32 inside the programs, as in ppo_ewma_jax.py and the torch scripts
+        raise BadFlag(f"--seed must lie in [0, 2**31) (got {args.seed})")
     resolve_preset(args)
     args.num_devices = jax.device_count() if num_devices is None else num_devices
     for field in fields(args):  # inf and nan break every rule below without failing a comparison

@@ -223,6 +223,8 @@ def test_explicit_flags_override_the_preset(sfl):
     (["--distributed", "--num-processes", "2", "--process-id", "2"], "--process-id must lie in [0, --num-processes)", None),
     (["--resume", "missing.npz"], "--resume missing.npz: no such file", None),
     (["--max-grad-norm", "0"], "--max-grad-norm must be positive", None),
+    (["--seed", "-1"], "--seed must lie in [0, 2**31)", None),
+    (["--seed", str(2**31)], "--seed must lie in [0, 2**31)", None),
     (["--max-grad-norm", "-1"], "--max-grad-norm must be positive", None),
     (["--learning-rate", "inf"], "--learning-rate must be a finite number", None),
     (["--ewma-com", "inf"], "--ewma-com must be a finite number", None),
