@@ -158,7 +158,8 @@ def test_claim_1_reproduced_partly_and_not(tmp_path):
     assert (published / "verdict.md").read_text().startswith("### Claim 1 (stagnation paper, Fig. 1b / 2a / 3b): REPRODUCED (6 supported")
     # the per-seed tables behind it, as analyze.py wrote them
     pd.testing.assert_frame_equal(pd.read_csv(published / "switch_scores.csv.gz"),
-                                  pd.read_csv(tmp_path / "yes" / "switch" / "analysis" / "scores.csv"), rtol=1e-5)
+                                  pd.read_csv(tmp_path / "yes" / "switch" / "analysis" / "scores.csv"), rtol=1e-5,
+                                  check_dtype=False)
     assert (published / "step_sizes_update_norm_runs.csv.gz").is_file()
     # the switch that does not resume the descent: the halving contradicted, the last comparison a coin toss
     noisy_sgd_grids(tmp_path / "mixed", switched_final=-0.98)
