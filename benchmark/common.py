@@ -1,4 +1,6 @@
 """Helpers shared by the benchmarks and the tests: run a copy of a script, read its TensorBoard logs."""
+import contextlib
+import filecmp
 import importlib.util
 import json
 import os
@@ -32,11 +34,37 @@ def start_copy(name, args, workdir, capture=True, extra_env=None, source=None, p
     (e.g. `-m cProfile -o FILE`)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    shutil.copy(source or SCRIPTS / f"{name}.py", workdir / f"{name}.py")
+    copy = workdir / f"{name}.py"
+    if not (copy.exists() and filecmp.cmp(source or SCRIPTS / f"{name}.py", copy, shallow=False)):  # kept if the same
+        shutil.copy(source or SCRIPTS / f"{name}.py", copy)
     env = dict(os.environ, WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1", **(extra_env or {}))
     pipe = subprocess.PIPE if capture else None
     return subprocess.Popen([sys.executable, *python_flags, f"{name}.py", *map(str, args)], cwd=workdir, env=env,
                             stdout=pipe, stderr=pipe, text=True)
+
+
+@contextlib.contextmanager
+def read_only(directory):
+    """`directory` unwritable while the block runs, root included: for root (whom permissions do not stop) a read-only
+    bind mount of it, else its write bits off. Skips the calling test where root cannot mount."""
+    import pytest
+
+    directory = str(directory)
+    if os.geteuid() != 0:
+        mode = os.stat(directory).st_mode
+        os.chmod(directory, 0o555)
+        try:
+            yield
+        finally:
+            os.chmod(directory, mode)
+        return
+    if subprocess.run(["mount", "--bind", directory, directory], capture_output=True).returncode:
+        pytest.skip("root without mount(8) here: no way to make a directory unwritable for root")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", directory], check=True, capture_output=True)
+        yield
+    finally:
+        subprocess.run(["umount", directory], check=True)
 
 
 def finish(process, timeout=None):

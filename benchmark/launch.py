@@ -163,7 +163,8 @@ def resolved_copy(script, args, strict=True):
     probe = copy.deepcopy(args)
     try:
         if "num_devices" in inspect.signature(module.resolve_args).parameters:
-            module.resolve_args(probe, num_devices=1)  # the device count of the machine that runs it is not known here
+            # the device count of the machine that runs it is not known here: the rules that hold at every count
+            module.resolve_args(probe, num_devices=0)
         else:
             module.resolve_args(probe)
     except module.BadFlag as e:
@@ -784,9 +785,19 @@ def main(argv=None):
             fail(f"--slurm-nodes/--slurm-tasks-per-node: {opts.script}.py runs in one process (it has no --distributed)")
     opts.out_dir = os.path.abspath(opts.out_dir)
     opts.store = os.path.abspath(opts.store or os.path.join(opts.out_dir, "runs"))
-    for flag, path in (("--out-dir", opts.out_dir), ("--store", opts.store)):
-        if os.path.exists(path) and not os.path.isdir(path):
-            fail(f"{flag} {path} is not a directory")
+    # the directories the launch writes (the grid's links and Slurm's logs under --out-dir), each a directory or one
+    # this process can make under its nearest existing ancestor (a dangling link is not a directory)
+    written = [("--out-dir", opts.out_dir), ("--out-dir", os.path.join(opts.out_dir, "runs")), ("--store", opts.store)]
+    for flag, path in written + [("--out-dir", os.path.join(opts.out_dir, "slurm"))] * opts.slurm:
+        if os.path.lexists(path) and not os.path.isdir(path):
+            fail(f"{flag}: {path} is not a directory")
+        existing = path
+        while not os.path.lexists(existing):
+            existing = os.path.dirname(existing)
+        if not os.path.isdir(existing):
+            fail(f"{flag}: {path} lies under {existing}, which is not a directory")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            fail(f"{flag}: cannot write {existing}, where {path} goes")
     runs = expand(opts, parse_grid(argv[split + 1:]))
     if len({run["id"] for run in runs}) < len(runs):
         fail("the grid names one run twice (a value repeated, or two values that resolve to one command)")

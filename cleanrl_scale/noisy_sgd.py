@@ -79,8 +79,10 @@ def check_runs_directory():
 
 
 def resolve_args(args):
-    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
         raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
+        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
     for flag in ("num_steps", "num_seeds", "dim"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
@@ -91,10 +93,15 @@ def resolve_args(args):
         if value is not None and not math.isfinite(value):
             raise BadFlag(f"--{flag.replace('_', '-')} must be a finite number (got {value})")
     curves = 2 * 8 * len(args.step_sizes) * args.num_seeds * (args.num_steps + 1)  # two float64 arrays
+    iterates = 6 * 8 * len(args.step_sizes) * args.num_seeds * args.dim  # x and a step's temporaries, float64
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if curves > memory / 2:
         raise BadFlag(f"--num-steps {args.num_steps} x --num-seeds {args.num_seeds} x {len(args.step_sizes)} step sizes "
                       f"needs {curves / 2**30:.1f} GiB for the curves, more than half of this machine's {memory / 2**30:.0f} GiB")
+    if curves + iterates > memory / 2:
+        raise BadFlag(f"--dim {args.dim} x --num-seeds {args.num_seeds} x {len(args.step_sizes)} step sizes needs "
+                      f"{(curves + iterates) / 2**30:.1f} GiB for the iterates and the curves, more than half of this "
+                      f"machine's {memory / 2**30:.0f} GiB")
     if not args.step_sizes or not all(0.0 < eta < 1.0 for eta in args.step_sizes):
         raise BadFlag(f"--step-sizes must each lie in (0, 1), where gradient descent on x^T x converges (got {args.step_sizes})")
     labels = [f"{eta:g}" for eta in args.step_sizes]  # each names a TensorBoard run, eta_<label>

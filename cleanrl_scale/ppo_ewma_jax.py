@@ -41,7 +41,7 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, fields
 from fractions import Fraction
-from functools import partial
+from functools import lru_cache, partial
 from typing import NamedTuple, Optional
 
 import flax.linen as nn
@@ -79,7 +79,12 @@ SUITE_DEFAULTS = {
 # fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute: on a 2-core CPU
 # 32,768 transitions take ~0.5-1 s; a GPU trains them in a few milliseconds and needs ~64 times more per call.
 FUSE_TRANSITIONS = {"cpu": 32_768, "accelerator": 2_097_152}
+# a call takes no more iterations than end within this many seconds of its start (measured on the calls before it):
+# a signal is honoured at the end of the running call, so a raised --fuse-iterations never makes a SIGTERM wait for
+# the whole run (the running call and the one queued behind it: Slurm sends SIGKILL 30 s after SIGTERM by default)
+CALL_SECONDS = 5.0
 UNROLL = {"cpu": 1, "accelerator": 4}  # --unroll 0 by the device (benchmark/profile_jax.py --variant unroll=K measures it)
+LR_BLOCK = 65_536  # iterations whose logged learning rates are computed at once
 KL_CHUNK = 262_144  # states a forward pass of the KL after the update takes at most (its activations' memory)
 
 
@@ -332,8 +337,10 @@ def check_runs_directory():
 
 def resolve_args(args):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
-    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
         raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
+        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
     for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
         if getattr(args, flag):
             raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
@@ -425,9 +432,15 @@ def resolve_args(args):
         if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
             raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
         args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
+        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.num_iterations * args.update_epochs * args.num_minibatches >= 2**31:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} gives {args.num_iterations} iterations of "
+                      f"{args.update_epochs * args.num_minibatches} minibatch steps: at most 2^31 - 1 steps (optax counts them "
+                      "in int32)")
     if args.batch_size * args.num_seeds >= 2**31:
         raise BadFlag(f"--num-envs x --num-steps x --num-seeds must be below 2^31 (the program indexes its batch with int32; "
                       f"got {args.batch_size * args.num_seeds})")
@@ -1182,12 +1195,13 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
 
     def __init__(self):
         super().__init__()
-        self.signum, self.training, self.checkpoint, self.compiling = None, False, None, []
+        self.signum, self.training, self.checkpoint, self.compiling, self.ctrl_c = None, False, None, [], False
         for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(signum, self.handle)
 
     def handle(self, signum, frame):
-        if not self.training or (signum == signal.SIGINT and self.signum == signal.SIGINT):
+        again, self.ctrl_c = self.ctrl_c and signum == signal.SIGINT, self.ctrl_c or signum == signal.SIGINT
+        if not self.training or again:  # a second Ctrl-C aborts, whatever signal came first
             self.signum = signum
             raise self
         self.signum = self.signum or signum
@@ -1213,6 +1227,12 @@ def in_background(*fns):
     return futures
 
 
+def filling_iterations(args, device=None):
+    """Iterations of all seeds that fill FUSE_TRANSITIONS on `device` (None: the one this process trains on)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    return max(1, FUSE_TRANSITIONS[device] // (args.batch_size * args.num_seeds))
+
+
 def resolve_fuse_iterations(args, device=None):
     """--fuse-iterations 0 and --unroll 0: their values on `device` ("cpu" or "accelerator"; None: the one this process
     trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU
@@ -1221,8 +1241,7 @@ def resolve_fuse_iterations(args, device=None):
     if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
         evals = args.eval_every if args.env_id == "locomotion" else 0
         intervals = [every for every in (evals, args.save_every) if every]
-        target = FUSE_TRANSITIONS[device]
-        args.fuse_iterations = min([max(1, target // (args.batch_size * args.num_seeds)), args.num_iterations] + intervals)
+        args.fuse_iterations = min([filling_iterations(args, device), args.num_iterations] + intervals)
     if args.unroll == 0:  # only where a call holds several iterations of small batches: there the loop trips cost (on
         # an H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: README)
         small = args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device]
@@ -1328,14 +1347,22 @@ def main(args, stop):
                     unit="step", unit_scale=True, dynamic_ncols=True)
     start_time, start_step = time.time(), global_step
     logged_time = start_time  # when the metrics of the last logged call arrived
-    # the learning rate after each iteration, computed once here (a jax call in the loop would wait for the update)
-    counts = np.arange(args.num_iterations + 1) * args.update_epochs * args.num_minibatches
-    learning_rates = np.broadcast_to(np.asarray(schedule(counts)), counts.shape)
+    # iterations a call may take (CALL_SECONDS): before a call is measured, as many as the default fills
+    call_iterations = min(args.fuse_iterations, filling_iterations(args))
+    @lru_cache(maxsize=1)
+    def learning_rates(block):
+        """The learning rate after each iteration of block `block` (LR_BLOCK iterations), computed once a block: a jax
+        call in the loop waits for the running update."""
+        iterations = np.minimum(np.arange(block * LR_BLOCK, (block + 1) * LR_BLOCK), args.num_iterations)
+        counts = iterations * args.update_epochs * args.num_minibatches
+        return np.broadcast_to(np.asarray(schedule(counts)), counts.shape)
+
+    learning_rates(start_iteration // LR_BLOCK)
 
     def log_call(first, last, measure, scalars, states):
         """Log iterations first..last of one call, each at its own step, one event per iteration and seed. The call's
         wall time (from the previous call's metrics to this one's) is shared evenly among its iterations."""
-        nonlocal global_step, logged_time
+        nonlocal global_step, logged_time, call_iterations
         numbers = np.arange(first, last + 1)
         saves = measure[: len(numbers)] & (args.coverage_samples > 0) & ((numbers == 1) | (numbers % max(args.coverage_every, 1) == 0))
         # the call's own buffers only: an indexing op would queue behind the call that is running now and wait for it
@@ -1359,10 +1386,12 @@ def main(args, stop):
                     if locomotion:
                         metrics["charts/episodic_solve_rate"] = solved / episodes
                 metrics["charts/ddr"] = args.batch_size / max(metrics["losses/approx_kl"], 1e-12)
-                metrics["charts/learning_rate"] = learning_rates[iteration]
+                metrics["charts/learning_rate"] = learning_rates(iteration // LR_BLOCK)[iteration % LR_BLOCK]
                 metrics["charts/SPS"] = int((global_step - start_step) / seconds)
                 metrics["charts/train_seconds"] = train_seconds + seconds  # wall-clock x
                 writer.add_scalars(metrics, global_step)
+        per_iteration = (now - logged_time) / (last - first + 1)
+        call_iterations = min(args.fuse_iterations, max(1, int(CALL_SECONDS / max(per_iteration, 1e-9))))
         logged_time = now
         progress.update(args.batch_size * args.num_seeds * (last - first + 1))
         progress.set_postfix(sps=int(args.num_seeds * (global_step - start_step) / (now - start_time)),
@@ -1382,8 +1411,9 @@ def main(args, stop):
         raise stop
     stop.training = True  # a signal now stops the run after the running call, with a checkpoint
     while iteration < args.num_iterations:
-        # this call's iterations: up to --fuse-iterations, ending at the next evaluation, checkpoint or the last one
-        last = min(iteration + args.fuse_iterations, args.num_iterations)
+        # this call's iterations: up to --fuse-iterations (and CALL_SECONDS), ending at the next evaluation, checkpoint
+        # or the last one
+        last = min(iteration + call_iterations, args.num_iterations)
         for every, applies in ((args.eval_every, locomotion), (args.save_every, True)):
             if every and applies:
                 last = min(last, (iteration // every + 1) * every)

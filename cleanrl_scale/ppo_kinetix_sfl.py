@@ -17,6 +17,7 @@ about half of the time, and every batch draws a share rho of its levels from tha
   update's float flags traced (a grid over lr, epsilon, COM or budget shares one program), Kinetix's step
   and level sampler traced once for the update and SFL, the update compiled beside the first SFL buffer.
 """
+import copy
 import json
 import math
 import os
@@ -61,6 +62,10 @@ TRANSFORMER = dict(transformer_depth=2, num_heads=8, transformer_encoder_size=12
 STRUCTURAL_FLAGS = ("env_size", "model", "hidden_size", "num_layers", "sfl_buffer_size")
 RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 ENV_SIZES = ("s", "m", "l")
+# bytes of one observation by --env-size and --model (symbolic flat for the MLP, entities for the transformer), as
+# Kinetix 3.0.2 builds them (a test compares them with make_env's): the batch's memory is checked before any compute
+OBS_BYTES = {("s", "mlp"): 560, ("s", "transformer"): 1126, ("m", "mlp"): 988, ("m", "transformer"): 1671,
+             ("l", "mlp"): 2716, ("l", "transformer"): 3878}
 # Table 3: N_envs, filtering batch N, update period T, buffer size K (L = 512 and rho = 0.5 throughout)
 SFL_PRESETS = {
     "2048": dict(num_envs=2048, sfl_num_candidates=12288, sfl_update_period=128, sfl_buffer_size=1024),
@@ -304,16 +309,21 @@ def check_runs_directory():
 
 
 def resolve_args(args, num_devices=None):
-    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
-    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute. `num_devices`: the
+    devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize: checked as
+    one device, where every divisibility rule that passes at some count passes, and without the per-device size rules,
+    which one device would break first)."""
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
         raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
+        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
     for flag in ("num_devices", "batch_size", "num_iterations"):  # filled in below from the other flags
         if getattr(args, flag):
             raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
     if not 0 <= args.seed < 2**31:  # the seed is an int32 inside the programs, as in ppo_ewma_jax.py and the torch scripts
         raise BadFlag(f"--seed must lie in [0, 2**31) (got {args.seed})")
     resolve_preset(args)
-    args.num_devices = jax.device_count() if num_devices is None else num_devices
+    args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
     for field in fields(args):  # inf and nan break every rule below without failing a comparison
         value = getattr(args, field.name)
         if isinstance(value, float) and not math.isfinite(value):
@@ -324,6 +334,22 @@ def resolve_args(args, num_devices=None):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     check_distributed(args)
+    for flag in ("num_envs", "sfl_num_candidates"):  # global env and level ids are int32 in the programs
+        if getattr(args, flag) >= 2**31:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be below 2^31 (got {getattr(args, flag)})")
+    if args.model not in MODELS:
+        raise BadFlag(f"--model must be one of {', '.join(MODELS)} (got {args.model!r})")
+    if args.env_size not in ENV_SIZES:
+        raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
+    local_batch = args.num_envs * args.num_steps // args.num_devices
+    if num_devices != 0 and local_batch >= 2**31:
+        raise BadFlag(f"--num-envs x --num-steps per device must be below 2^31 (the programs index a device's batch with "
+                      f"int32; got {local_batch})")
+    storage = local_batch * (OBS_BYTES[args.env_size, args.model] + 64)  # and a transition's numbers, under 64 bytes
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if num_devices != 0 and storage > memory:
+        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: a device's batch alone takes "
+                      f"{storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
     for flag in ("minibatch_size", "eval_every", "save_every", "keep_checkpoints", "dense_reward_scale", "ent_coef", "vf_coef"):
         if not getattr(args, flag) >= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
@@ -343,10 +369,6 @@ def resolve_args(args, num_devices=None):
     for flag in ("gamma", "gae_lambda", "sfl_sample_ratio"):
         if not 0.0 <= getattr(args, flag) <= 1.0:
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
-    if args.model not in MODELS:
-        raise BadFlag(f"--model must be one of {', '.join(MODELS)} (got {args.model!r})")
-    if args.env_size not in ENV_SIZES:
-        raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
     if args.sfl_buffer_size > args.sfl_num_candidates:
         raise BadFlag(f"--sfl-buffer-size {args.sfl_buffer_size} must not exceed --sfl-num-candidates {args.sfl_num_candidates}")
     for flag in ("num_envs", "sfl_num_candidates"):
@@ -394,6 +416,8 @@ def resolve_args(args, num_devices=None):
             f"--num-minibatches {m} must divide --num-steps {t}, or be a multiple of it by a factor that divides "
             f"the {local_envs} envs per device"
         )
+    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
+        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
@@ -1031,11 +1055,13 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
     def __init__(self):
         super().__init__()
         self.signum, self.training, self.together, self.checkpoint, self.compiling = None, False, False, None, []
+        self.ctrl_c = False
         for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(signum, self.handle)
 
     def handle(self, signum, frame):
-        if not (self.training or self.together) or (signum == signal.SIGINT and self.signum == signal.SIGINT):
+        again, self.ctrl_c = self.ctrl_c and signum == signal.SIGINT, self.ctrl_c or signum == signal.SIGINT
+        if not (self.training or self.together) or again:  # a second Ctrl-C aborts, whatever signal came first
             self.signum = signum
             raise self
         self.signum = self.signum or signum
@@ -1116,16 +1142,15 @@ def main(args, stop):
     if args.resume is not None:
         restored, start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, shapes)
         shared, buffer = replicate(restored)
-    # the update and init compile on other threads while this one compiles SFL's program and builds the first buffer
+    # the update, init and SFL's program compile on other threads while this one sets the run up (and waits where a
+    # signal can reach it: a compile on this thread would hold a SIGTERM until XLA finished)
     hyper = replicate(hyperparameters(args))  # traced: other values of these flags run the same program
     shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated), (*shapes, hyper))
     key_shape = jax.ShapeDtypeStruct(k_init.shape, k_init.dtype, sharding=replicated)
     compiled_update = in_background(lambda: update.lower(*shapes).compile())
     compiled_init = in_background(lambda: init.lower(key_shape).compile())
-    stop.compiling = [compiled_update, compiled_init]
-    sfl_update = sfl_update.lower(shapes[0], key_shape).compile()
-    if args.resume is None:
-        shared = compiled_init.result()(replicate(k_init))
+    compiled_sfl = in_background(lambda program=sfl_update: program.lower(shapes[0], key_shape).compile())
+    stop.compiling = [compiled_update, compiled_init, compiled_sfl]
 
     @cache  # at the first evaluation: drawing and loading it takes a minute on a CPU
     def evaluation_set():
@@ -1162,6 +1187,9 @@ def main(args, stop):
             "hyperparameters",
             "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
         )
+    sfl_update = compiled_sfl.result()
+    if args.resume is None:
+        shared = compiled_init.result()(replicate(k_init))
 
     def log(tag, value, step):
         if lead:
@@ -1246,6 +1274,9 @@ if __name__ == "__main__":
     try:
         check_distributed(args)
         if args.distributed:  # before anything touches a device, so that jax.devices() spans every process
+            # every flag a device count cannot make right is checked first: initialize waits for all the processes
+            resolve_args(copy.deepcopy(args), num_devices=0)
+            check_runs_directory()
             # JAX's preemption service would take SIGTERM from Stop's handler (a SIGTERM then neither checkpoints nor
             # stops the run): Stop's handler and the per-update agreement below do its work, for SIGUSR1 and Ctrl-C too
             jax.config.update("jax_enable_preemption_service", False)

@@ -218,8 +218,10 @@ def check_runs_directory():
 
 def resolve_args(args):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
-    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name:
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
         raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
+        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
     for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
         if getattr(args, flag):
             raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
@@ -278,6 +280,8 @@ def resolve_args(args):
         raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
     if args.norm_adv and args.minibatch_size < 2:
         raise BadFlag(f"--minibatch-size must be at least 2 with --norm-adv (the std of one advantage is undefined; got {args.minibatch_size})")
+    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
+        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")

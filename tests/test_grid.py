@@ -21,6 +21,7 @@ import scipy.stats
 import submitit
 
 from benchmark import analyze, launch
+from benchmark.common import read_only
 from conftest import shared_runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,11 +196,31 @@ def test_bad_flags_stop_the_launch_with_one_line(tmp_path, grid, text):
     assert not any(tmp_path.iterdir())  # nothing registered, nothing run
 
 
-def test_a_store_that_is_a_file_stops_the_launch_with_one_line(tmp_path):
-    (tmp_path / "store").write_text("notes")
-    result = launch_cli(["--script", "noisy_sgd", "--out-dir", str(tmp_path / "out"), "--store", str(tmp_path / "store")])
-    assert result.returncode == 2 and result.stderr.strip() == f"launch.py: error: --store {tmp_path / 'store'} is not a directory"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+@pytest.mark.parametrize("out_dir, store, text", [
+    ("out", "notes", "--store: {tmp}/notes is not a directory"),
+    ("dangling", None, "--out-dir: {tmp}/dangling is not a directory"),
+    ("grid", "store", "--out-dir: {tmp}/grid/runs is not a directory"),
+    ("notes/out", None, "--out-dir: {tmp}/notes/out lies under {tmp}/notes, which is not a directory"),
+    ("out", "notes/a/store", "--store: {tmp}/notes/a/store lies under {tmp}/notes, which is not a directory"),
+    ("locked/out", None, "--out-dir: cannot write {tmp}/locked, where {tmp}/locked/out goes"),
+    ("out", "locked/store", "--store: cannot write {tmp}/locked, where {tmp}/locked/store goes"),
+])
+@pytest.mark.parametrize("dry_run", [False, True], ids=["launch", "dry-run"])
+def test_an_out_dir_or_store_that_cannot_be_written_stops_the_launch_with_one_line(tmp_path, capsys, out_dir, store,
+                                                                                   text, dry_run):
+    """A file (or a dangling link) where the directory, one of its parents or the grid's runs/ should be, or an unwritable
+    parent (a read-only mount for root): refused before anything is registered, a dry run too."""
+    (tmp_path / "notes").write_text("notes")
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "grid").mkdir()
+    (tmp_path / "grid" / "runs").write_text("notes")
+    argv = ["--script", "noisy_sgd", "--out-dir", str(tmp_path / out_dir)] + (["--store", str(tmp_path / store)] if store else [])
+    with read_only(tmp_path / "locked"), pytest.raises(SystemExit) as stopped:
+        launch.main(argv + ["--dry-run"] * dry_run)
+    assert stopped.value.code == 2 and capsys.readouterr().err == f"launch.py: error: {text.format(tmp=tmp_path)}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "grid", "locked", "notes"]
+    assert not any((tmp_path / "locked").iterdir()) and [p.name for p in (tmp_path / "grid").iterdir()] == ["runs"]
 
 
 def test_speed_flags_are_not_part_of_a_run_s_identity_and_seeds_stay_one_a_run(tmp_path, capsys):
@@ -654,6 +675,17 @@ def test_runners_expand_the_papers_grids(dry_runs, runner):
     lines = [line for line in result.stdout.splitlines() if line.startswith("(cd ")]
     assert len(set(lines)) == RUNNER_GRIDS[runner]
     assert all(len(Path(line.split(" && ")[0][4:]).name) < 255 for line in lines)
+
+
+# flags without which a runner's grid measures something else: Brax restarts each env from its own first state, so the
+# N_envs study's start-state diversity would grow with N_envs by construction
+RUNNER_FLAGS = {"brax_nenvs.sh": "--brax-fresh-starts"}
+
+
+@pytest.mark.parametrize("runner, flag", sorted(RUNNER_FLAGS.items()))
+def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
+    lines = [line for line in dry_runs[runner].stdout.splitlines() if line.startswith("(cd ")]
+    assert lines and all(f" {flag} " in line or line.endswith(f" {flag})") for line in lines)
 
 
 # the runners with SCALE=small and gpu settings (benchmark/reproduce.md) and their unique runs: 2 games x 3 seeds for

@@ -79,6 +79,8 @@ def test_copy_writes_csv_of_every_seed_and_tensorboard_seed_means(tmp_path):
     (["--init", "1e300"], "--init and --noise-std must be at most 1e150 / sqrt(--dim)"),
     (["--step-sizes", "0.1", "0.1000001"], "--step-sizes must differ in their first 6 significant digits"),
     (["--switch-step-size", "0.1"], "--switch-step-size applies only with --switch-step"),
+    (["--dim", "10000000000"], "--dim 10000000000 x --num-seeds 5 x 4 step sizes needs 8940.7 GiB for the iterates"),
+    (["--exp-name", "a" * 129], "--exp-name must be at most 128 bytes (it names a directory under runs/; got 129)"),
 ])
 def test_bad_flags(tmp_path, flags, message):
     assert_bad_input(run_copy(SCRIPT, flags, tmp_path, timeout=120), tmp_path, message)

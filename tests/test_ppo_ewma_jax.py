@@ -2,6 +2,7 @@
 CartPole learning in both modes, locomotion end to end, exact resume from a checkpoint, and the dynamics/
 metrics against the torch scripts' on the same inputs."""
 import json
+import re
 import resource
 import signal
 import subprocess
@@ -481,6 +482,14 @@ def test_dynamics_in_the_update_read_the_raw_first_minibatch_gradient(ewma):
     assert unclipped["losses/approx_kl"] != tiny_clip["losses/approx_kl"]  # the clipping did act on the update
 
 
+def test_a_budget_of_more_optimiser_steps_than_int32_counts_is_refused(ewma):
+    """optax counts minibatch steps in int32 (and the logged learning rates are computed from those counts)."""
+    flags = dict(env_id="CartPole-v1", num_envs=4, num_steps=128, update_epochs=4, num_minibatches=4)
+    ewma.resolve_args(ewma.Args(**flags, total_timesteps=512 * (2**27 - 1)))  # 2^31 - 16 steps
+    with pytest.raises(ewma.BadFlag, match=r"gives 134217728 iterations of 16 minibatch steps: at most 2\^31 - 1 steps"):
+        ewma.resolve_args(ewma.Args(**flags, total_timesteps=512 * 2**27))
+
+
 def test_vf_clip_coef_follows_clip_coef_unless_given(ewma):
     default = first_update_metrics(ewma)
     assert first_update_metrics(ewma, vf_clip_coef=0.2) == default  # unset = --clip-coef
@@ -695,6 +704,38 @@ SMALL_CARTPOLE = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "
 LONG_CARTPOLE = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 2000)]
 
 
+@pytest.mark.parametrize("script", ["ppo_ewma_jax", "ppo_kinetix_sfl"])
+@pytest.mark.parametrize("signals, aborts_at, status", [
+    ([signal.SIGUSR1, signal.SIGTERM], None, 75),  # Slurm's pre-timeout signal, then its SIGTERM: stop at the boundary
+    ([signal.SIGINT], None, 130),
+    ([signal.SIGINT, signal.SIGINT], 1, 130),
+    ([signal.SIGTERM, signal.SIGINT], None, 75),  # a first Ctrl-C after a SIGTERM: still the boundary
+    ([signal.SIGTERM, signal.SIGINT, signal.SIGINT], 2, 130),  # a second Ctrl-C aborts whatever came first
+    ([signal.SIGUSR1, signal.SIGINT, signal.SIGUSR1, signal.SIGINT], 3, 130),
+])
+def test_the_stop_handler_of_both_jax_scripts_while_training(script, signals, aborts_at, status):
+    """Each script's Stop as its handler sees the signals once training runs: which one aborts (raises), and the exit
+    status; before training any signal raises (nothing to save)."""
+    module = load_script(script)
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    try:
+        stop = module.Stop()
+        with pytest.raises(module.Stop):
+            stop.handle(signals[0], None)
+        stop = module.Stop()
+        stop.training = True
+        for i, signum in enumerate(signals):
+            if i == aborts_at:
+                with pytest.raises(module.Stop):
+                    stop.handle(signum, None)
+            else:
+                stop.handle(signum, None)
+        assert stop.exit_status == status
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 @pytest.mark.parametrize("signum, status", [(signal.SIGUSR1, 75), (signal.SIGINT, 130)])
 def test_a_signal_stops_at_a_call_boundary_with_a_checkpoint_that_resumes(tmp_path, signum, status):
     """Slurm's pre-timeout signal (exit 75: requeue) or a first Ctrl-C (exit 130), sent while a real run trains (calls of
@@ -717,18 +758,39 @@ def test_a_signal_stops_at_a_call_boundary_with_a_checkpoint_that_resumes(tmp_pa
     assert [e.step for e in read_run(run_dirs(tmp_path / "resumed")[0])[0]["losses/approx_kl"]] == [512 * (iteration + 1), 512 * (iteration + 2)]
 
 
-def test_a_second_ctrl_c_aborts_the_running_call(tmp_path):
-    """Calls of 400 iterations (a second or more): two Ctrl-C during one call end the run before the call does, with no
-    new checkpoint and a line naming the last one (JAX's wait for a result lets Python's signal handlers run)."""
+@pytest.mark.parametrize("signals", [[signal.SIGINT] * 2, [signal.SIGTERM] + [signal.SIGINT] * 2], ids=["ctrl-c", "sigterm"])
+def test_a_second_ctrl_c_aborts_the_running_call(tmp_path, signals):
+    """Calls of 400 iterations (a second or more): two Ctrl-C during one call, alone or after a SIGTERM, end the run
+    before the call does, with no new checkpoint and a line naming the last one (JAX's wait for a result lets Python's
+    signal handlers run)."""
     process = start_copy(SCRIPT, LONG_CARTPOLE + ["--save-every", "400", "--fuse-iterations", "400"], tmp_path)
     checkpoint = wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_400.npz")
-    for _ in range(2):
-        process.send_signal(signal.SIGINT)
+    for signum in signals:
+        process.send_signal(signum)
         time.sleep(0.2)
     result = finish(process, 300)
     assert result.returncode == 130, result.stderr[-3000:]
     assert f"(a second Ctrl-C); resume with --resume runs/{checkpoint.parent.parent.name}/checkpoints/iter_400.npz" in result.stdout
     assert [p.name for p in checkpoint.parent.iterdir()] == ["iter_400.npz"]
+
+
+def test_a_raised_fuse_iterations_still_stops_within_seconds_of_a_signal(tmp_path, ewma):
+    """--fuse-iterations 20000, the whole run one program (a minute or more of calls on this CPU): a call still takes
+    only the iterations that fit CALL_SECONDS, so training logs while it runs (one call would log only at the end) and a
+    SIGTERM stops it within two calls, with a checkpoint (the bound leaves room for a CPU shared with other tests)."""
+    flags = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 20_000), "--fuse-iterations", "20000"]
+    process = start_copy(SCRIPT, flags, tmp_path)
+    run_dir = wait_for_file(process, tmp_path, "runs/*/events.out.tfevents.*").parent
+    while not read_run(run_dir)[0].get("losses/approx_kl"):
+        assert process.poll() is None, finish(process).stderr[-3000:]
+        time.sleep(0.2)
+    signalled = time.time()
+    process.send_signal(signal.SIGTERM)
+    result = finish(process, 300)
+    assert result.returncode == 75, result.stderr[-3000:]
+    iteration = int(re.search(r"stopped by signal 15 after iteration (\d+); resume with --resume \S+", result.stdout)[1])
+    assert iteration < 20_000 and (run_dir / f"checkpoints/iter_{iteration}.npz").is_file()
+    assert (took := time.time() - signalled) < 4 * ewma.CALL_SECONDS + 40, f"stopped {took:.0f} s after the signal"
 
 
 def test_a_signal_while_compiling_exits_at_once_without_waiting_for_xla(tmp_path):

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -200,7 +201,8 @@ def test_ewma_and_loss_are_the_same_as_ppo_ewma_jax(sfl):
     ("65536", (65536, 262144, 32, 8192)), ("1m", (1048576, 4194304, 2, 8192)),
 ])
 def test_presets_are_table_3(sfl, preset, expected):
-    args = sfl.resolve_args(sfl.Args(sfl_preset=preset), num_devices=1)
+    """(Resolved over 64 devices: on one, the largest presets' batches are refused as more than this machine's memory.)"""
+    args = sfl.resolve_args(sfl.Args(sfl_preset=preset), num_devices=64)
     assert (args.num_envs, args.sfl_num_candidates, args.sfl_update_period, args.sfl_buffer_size) == expected
     assert (args.sfl_rollout_length, args.sfl_sample_ratio, args.learning_rate, args.num_minibatches) == (512, 0.5, 5e-5, 32)
 
@@ -235,9 +237,40 @@ def test_explicit_flags_override_the_preset(sfl):
     (["--num-envs", "8", "--sfl-num-candidates", "16", "--sfl-buffer-size", "4", "--level-filter-pool", "512"],
      "--level-filter-pool 512 must divide", None),
     (["--level-filter-pool", "0"], "--level-filter-pool must be positive", None),
+    (["--num-envs", str(2**31)], "--num-envs must be below 2^31 (got 2147483648)", None),
+    (["--num-envs", "1048576", "--num-steps", "2048", "--sfl-num-candidates", "1048576", "--sfl-buffer-size", "4"],
+     "--num-envs x --num-steps per device must be below 2^31", None),
+    # a lone process of two: refused at once, not after jax.distributed.initialize waited for the other (5 minutes)
+    (["--distributed", "--coordinator-address", "localhost:29517", "--num-processes", "2", "--process-id", "0",
+      "--num-envs", "0"], "--num-envs must be positive (got 0)", None),
 ])
 def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag, env):
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120, extra_env=env), tmp_path, flag)
+
+
+def test_a_batch_that_cannot_fit_in_memory_is_refused_with_its_size(tmp_path):
+    envs, steps = 1_048_576, 2047  # just under 2^31 transitions of size s's 560-byte observation (and 64 bytes of numbers)
+    flags = ["--num-envs", str(envs), "--num-steps", str(steps), "--sfl-num-candidates", str(envs), "--sfl-buffer-size", "4",
+             "--env-size", "s", "--model", "mlp"]
+    result = run_copy(SCRIPT, flags, tmp_path, timeout=120)
+    assert_bad_input(result, tmp_path, f"--num-envs {envs} x --num-steps {steps}: a device's batch alone takes 1,247.4 GiB or more")
+
+
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_the_observation_sizes_the_memory_check_uses_are_kinetix_own(sfl, model):
+    args = sfl.resolve_args(sfl.Args(env_size="s", model=model, num_envs=8, sfl_num_candidates=16, sfl_buffer_size=4),
+                            num_devices=1)
+    obs = sfl.make_env(args).example_obs
+    assert sfl.OBS_BYTES["s", model] == sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(obs))
+
+
+def test_before_jax_distributed_a_batch_that_only_fits_on_several_devices_passes(sfl):
+    """Checked before jax.distributed.initialize (num_devices 0: the count is unknown), 2^31 transitions are not refused:
+    over two devices each holds 2^30; the check after it, with the count, decides."""
+    args = dict(num_envs=2**20, num_steps=2048, sfl_num_candidates=2**20, sfl_buffer_size=4, env_size="s", model="mlp")
+    sfl.resolve_args(sfl.Args(**args), num_devices=0)
+    with pytest.raises(sfl.BadFlag, match="--num-envs x --num-steps per device must be below 2"):
+        sfl.resolve_args(sfl.Args(**args), num_devices=1)
 
 
 @pytest.mark.parametrize("num_envs, devices, pool", [(2048, 1, 512), (16, 1, 8), (24, 1, 12), (48, 4, 6), (4096, 2, 512)])

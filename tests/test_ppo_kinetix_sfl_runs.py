@@ -101,19 +101,39 @@ def test_resume_refuses_another_network_or_a_finished_run(tiny_run, tmp_path, ar
     assert_bad_input(result, tmp_path, text)
 
 
-def test_sigterm_stops_after_the_running_update_with_a_checkpoint_and_exit_75(tiny_run, tmp_path):
-    """A launcher's SIGTERM once the run trains (its first checkpoint written; the programs are the tiny run's, from
-    JAX's cache): a checkpoint of the update it stopped after, one line naming it, exit 75 (requeue)."""
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 75), (signal.SIGINT, 130)])
+def test_a_signal_stops_after_the_running_update_with_a_checkpoint(tiny_run, tmp_path, signum, status):
+    """A launcher's SIGTERM (exit 75: requeue) or a first Ctrl-C (130) once the run trains (its first checkpoint
+    written; the programs are the tiny run's, from JAX's cache): a checkpoint of the update it stopped after, one line
+    naming it. (SIGUSR1 takes SIGTERM's path: tests/test_ppo_ewma_jax.py checks both scripts' handler.)"""
     process = start_copy(SCRIPT, TINY[:-1] + [str(128 * 1000), "--save-every", "1"], tmp_path)
     wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_1.npz", timeout=1800)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signum)
     result = finish(process, 600)
-    assert result.returncode == 75, result.stderr[-3000:]
+    assert result.returncode == status, result.stderr[-3000:]
     saved = sorted(int(p.stem[5:]) for p in run_dirs(tmp_path)[0].glob("checkpoints/iter_*.npz"))
     last = saved[-1]
     assert 1 < last < 1000 and "Traceback" not in result.stderr
     assert saved == list(range(max(1, last - 2), last + 1))  # the newest 3 kept (--keep-checkpoints' default)
-    assert f"stopped by signal 15 after update {last}; resume with --resume runs/{run_dirs(tmp_path)[0].name}/checkpoints/iter_{last}.npz" in result.stdout
+    assert f"stopped by signal {int(signum)} after update {last}; resume with --resume runs/{run_dirs(tmp_path)[0].name}/checkpoints/iter_{last}.npz" in result.stdout
+
+
+def test_a_signal_while_compiling_exits_at_once_without_waiting_for_xla(tmp_path, capfd):
+    """SIGTERM while the programs compile (no cache: minutes of XLA on this CPU), SFL's own among them (JAX's log of its
+    compilations shows it unfinished; it once compiled on the main thread, where a signal waited for it): exit 75 within
+    seconds, nothing saved; the process does not wait for XLA to finish."""
+    # the log goes to pytest's captured file descriptors: a pipe that nobody reads while the test waits would fill
+    process = start_copy(SCRIPT, TINY + ["--no-compile-cache"], tmp_path, capture=False, extra_env={"JAX_LOG_COMPILES": "1"})
+    wait_for_file(process, tmp_path, "runs/*/events.out.tfevents.*", timeout=600)
+    time.sleep(2)
+    signalled = time.time()
+    process.send_signal(signal.SIGTERM)
+    status = process.wait(300)
+    stdout, stderr = capfd.readouterr()
+    assert status == 75, stderr[-3000:]
+    assert "stopped by signal 15 (before the first update); nothing saved: rerun the command" in stdout
+    assert time.time() - signalled < 15 and not list(tmp_path.glob("runs/*/checkpoints"))
+    assert "Finished XLA compilation of jit(sfl_update)" not in stderr
 
 
 def assert_trains_alike(many, one):

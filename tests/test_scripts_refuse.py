@@ -1,10 +1,14 @@
-"""Every script, as a user runs a copy of it: a run name that would leave runs/, a runs/ that is a file and a computed field
-set as a flag are refused before any compute (exit 2, one line naming the rule, nothing written)."""
+"""Every script, as a user runs a copy of it: a run name that would leave runs/, a runs/ that is a file, a working
+directory that cannot be written and a computed field set as a flag are refused before any compute (exit 2, one line
+naming the rule, nothing written)."""
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
+from benchmark.common import SCRIPTS as SCRIPT_DIR
+from benchmark.common import load_script, read_only
 from conftest import assert_bad_input, run_copy
 
 SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_kinetix_sfl", "noisy_sgd"]
@@ -26,6 +30,31 @@ def test_a_file_named_runs_is_refused(script, tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and f"{Path(tmp_path, 'runs')} is not a directory" in lines[0], result.stderr[-3000:]
     assert (tmp_path / "runs").read_text() == "notes" and not (tmp_path / "wandb").exists()
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_run_name_longer_than_a_file_name_allows_is_refused(script):
+    """A file name holds 255 bytes; the run's directory adds the env id, seed and time to --exp-name (it was an OSError
+    once runs/ existed)."""
+    module = load_script(script)
+    with pytest.raises(module.BadFlag, match=r"--exp-name must be at most 128 bytes \(.*got 129\)"):
+        module.resolve_args(module.Args(exp_name="\u00e9" * 64 + "a"))  # 129 bytes in UTF-8, 65 characters
+
+
+@pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "noisy_sgd"])
+def test_a_budget_past_the_int64_step_count_is_refused(script):
+    module = load_script(script)
+    with pytest.raises(module.BadFlag, match=r"--total-timesteps must be below 2\^62 \(got 4611686018427387904\)"):
+        module.resolve_args(module.Args(total_timesteps=2**62))
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_an_unwritable_working_directory_is_refused(script, tmp_path):
+    """A directory the user cannot write (a read-only mount for root, whom permissions do not stop)."""
+    shutil.copy(SCRIPT_DIR / f"{script}.py", tmp_path)  # the copy, put there while the directory can be written
+    with read_only(tmp_path):
+        result = run_copy(script, [], tmp_path, timeout=300)
+    assert_bad_input(result, tmp_path, f"cannot write {tmp_path / 'runs'}: start the run from a directory you can write")
 
 
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "noisy_sgd"])
