@@ -304,38 +304,62 @@ def numeric(tables, column):
     return sorted(pd.to_numeric(tables.scores[column]).unique())
 
 
+def kept_entropy(tables, name, **where):
+    """Condition: a config's policy has not collapsed: per seed, its losses/entropy over the last quarter of training
+    over its first logged value, above 0.1."""
+    curves = tables.curves("losses/entropy", **where)
+    ratios = [v[x >= x.max() - 0.25 * (x.max() - x.min())].mean() / v[np.argmin(x)] for x, v in curves.values()]
+    return above(ratios, 0.1, f"{name} keeps its entropy: last quarter / first > 0.1 (a plateau, not a collapse)",
+                 f"{name}: ratio {np.mean(ratios):.3g} (last quarter "
+                 f"{np.mean([v[x >= x.max() - 0.25 * (x.max() - x.min())].mean() for x, v in curves.values()]):.3g} nats)")
+
+
 def claim_2(out_dir):
     """Stagnation Fig. 1a / 5, runners com_eps.sh (first) and stag_fig5b_eps.sh (its OUT_DIR's sibling).
 
     SCALE=small settings (common.sh's STAG_SMALL): PPO-EWMA on MinAtar SpaceInvaders at Table 2's 8 x 32 minibatch
     structure, COM 4, 32, 256 at epsilon 0.2; plain PPO at epsilon 0.1, 0.2, 0.8; 5 seeds, 1M steps. Conditions:
-    1. weak regularisation by the COM: the final return at the highest COM is higher than at the lowest;
-    2. weak regularisation by epsilon: PPO's final return at epsilon 0.2 (Table 2's) is higher than at the largest."""
+    1. the weakly regularised arms plateau rather than collapse (the paper sets a collapsed policy aside): over the
+       last quarter of training the entropy of the lowest COM's and of the largest epsilon's policy stays above 10%
+       of its first logged value (a near-uniform policy's), per seed;
+    2. weak regularisation by the COM: the final return at the highest COM is higher than at the lowest, read only
+       where its arm's condition 1 is supported;
+    3. weak regularisation by epsilon: PPO's final return at epsilon 0.2 (Table 2's) is higher than at the largest,
+       likewise. Until 2026-11-27 conditions 2 and 3 alone (COM 4's entropy had collapsed to 0.01-0.11 nats)."""
     com = Tables(Path(out_dir).parent / "com_eps" / "com_eps" / "analysis")
     eps = Tables(Path(out_dir) / "eps" / "analysis")
     low, high = numeric(com, "ewma-com")[0], numeric(com, "ewma-com")[-1]
     widest = numeric(eps, "clip-coef")[-1]
-    conditions = [greater(com.final(**{"ewma-com": high}), com.final(**{"ewma-com": low}), f"COM {high:g}", f"COM {low:g}",
+    plateaus = [kept_entropy(Tables(com.folder.parent / "analysis_entropy"), f"COM {low:g}", **{"ewma-com": low}),
+                kept_entropy(Tables(eps.folder.parent / "analysis_entropy"), f"epsilon {widest:g}", **{"clip-coef": widest})]
+    conditions = [*plateaus,
+                  greater(com.final(**{"ewma-com": high}), com.final(**{"ewma-com": low}), f"COM {high:g}", f"COM {low:g}",
                           "PPO-EWMA final return"),
                   greater(eps.final(**{"clip-coef": 0.2}), eps.final(**{"clip-coef": widest}), "epsilon 0.2",
                           f"epsilon {widest:g}", "PPO final return")]
+    conditions[2].requires, conditions[3].requires = plateaus
     return conditions, [Path(out_dir).parent / "com_eps" / "com_eps" / "analysis" / "curves.png",
                         Path(out_dir) / "eps" / "analysis" / "curves.png"]
+
+
+CLAIM_3_TAGS = ("losses/approx_kl", "losses/grad_norm_actor", "charts/update_norm_actor")  # com_eps.sh analyses each
 
 
 def claim_3(out_dir):
     """Stagnation Fig. 2b-c, runner com_eps.sh (its analyses of losses/approx_kl, losses/grad_norm, charts/update_norm).
 
     Conditions: over the last quarter of training, the lowest COM's runs have a larger KL from the behaviour policy,
-    a larger (raw) gradient norm and a larger per-iteration update norm than the highest COM's."""
+    a larger (raw) gradient norm and a larger per-iteration update norm than the highest COM's, both norms the
+    actor's (the policy's step; the critic's share grows with the return). Until 2026-11-27 the norms of all
+    parameters, actor and critic."""
     grid = Path(out_dir) / "com_eps"
     conditions = []
-    for tag in ("losses/approx_kl", "losses/grad_norm", "charts/update_norm"):
+    for tag in CLAIM_3_TAGS:
         tables = Tables(grid / f"analysis_{tag.split('/')[1]}")
         low, high = numeric(tables, "ewma-com")[0], numeric(tables, "ewma-com")[-1]
         conditions.append(greater(late_mean(tables, tag, **{"ewma-com": low}), late_mean(tables, tag, **{"ewma-com": high}),
                                   f"COM {low:g}", f"COM {high:g}", f"{tag} over the last quarter"))
-    return conditions, [grid / f"analysis_{name}" / "curves.png" for name in ("approx_kl", "grad_norm", "update_norm")]
+    return conditions, [grid / f"analysis_{tag.split('/')[1]}" / "curves.png" for tag in CLAIM_3_TAGS]
 
 
 def claim_4(out_dir):

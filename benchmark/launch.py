@@ -156,6 +156,18 @@ def parse_args(script, argv):
         fail(f"{script}.py rejects `{' '.join(argv)}`: {reason}")
 
 
+def batch_size(script, args):
+    """The batch of `args` as the script resolves it: read from a copy at a budget of at least one batch whose count of
+    iterations the script accepts (a budget too large for a small batch breaks a rule of its own, e.g. optax's int32
+    step count; a bad flag is reported as the first budget finds it)."""
+    budgets = (2**31 - 1, 2**20)
+    for budget in budgets:
+        probe = resolved_copy(script, dataclasses.replace(args, total_timesteps=budget), strict=False)
+        if probe is not None:
+            return probe.batch_size
+    resolved_copy(script, dataclasses.replace(args, total_timesteps=budgets[0]))  # fails, naming the rule
+
+
 def resolved_copy(script, args, strict=True):
     """A copy of `args` through the script's own resolve_args (its bad-input rules); fail() with its message
     (strict=False: None instead)."""
@@ -250,8 +262,7 @@ def expand(opts, grid):
         flags, args = parsed[values]
         args = dataclasses.replace(args, seed=seed, **({field_of(opts.env_flag): env_id} if env_id is not None else {}))
         if opts.iterations and not opts.fixed_budget and "total_timesteps" in fields:
-            probe = dataclasses.replace(args, total_timesteps=2**62)  # any budget of at least one batch: only the batch is read
-            args.total_timesteps = opts.iterations * resolved_copy(opts.script, probe).batch_size
+            args.total_timesteps = opts.iterations * batch_size(opts.script, args)
         probe = resolved_copy(opts.script, args)  # the script's own bad-input rules, for this env and seed
         resolved, digest = identity(opts.script, probe)
         shown = {**flags, **{s: "on" for s in switches}}

@@ -64,7 +64,7 @@ ENV_SIZES = ("s", "m", "l")
 BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
 BRAX_EPISODE_LENGTH = 1000  # Brax's EpisodeWrapper length, as PureJaxRL's BraxGymnaxWrapper and Brax's own PPO use
 # flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
-STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers", "brax_backend",
+STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend",
                     "num_seeds")
 # The defaults that depend on the environment (an unset flag below takes its suite's value):
 # Kinetix locomotion and gymnax: the stagnation paper's Table 2 (Jax2D locomotion column);
@@ -163,6 +163,9 @@ class Args:
     """width of the actor's and the critic's MLP"""
     num_layers: Optional[int] = None
     """hidden layers of the actor's and the critic's MLP (default 3; Brax 2)"""
+    activation: str = "tanh"  # PureJaxRL's; the data-collection paper's networks (Nature CNN, IMPALA) are ReLU
+    """the hidden layers' nonlinearity, tanh or relu (a tanh unit is never exactly 0: dormant neurons, data-collection
+    App. B.2, are a ReLU network's)"""
 
     # PPO-EWMA (stagnation §2.2; Hilton et al., 2022)
     ewma_com: Optional[float] = None
@@ -383,6 +386,8 @@ def resolve_args(args):
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
     if args.ewma_com is not None and not args.ewma_com >= 0:
         raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
+    if args.activation not in ACTIVATIONS:
+        raise BadFlag(f"--activation must be one of {', '.join(ACTIVATIONS)} (got {args.activation!r})")
     if suite == "locomotion":
         if args.env_size not in ENV_SIZES:
             raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
@@ -467,6 +472,7 @@ def resolve_args(args):
             meta, _ = read_checkpoint(args.resume)
             meta.get("args", {}).setdefault("brax_backend", "positional")  # checkpoints from before the flag: no Brax
             meta.get("args", {}).setdefault("num_seeds", 1)  # nor --num-seeds
+            meta.get("args", {}).setdefault("activation", "tanh")  # nor --activation
             missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
             missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
         except Exception as e:  # a truncated or foreign file
@@ -625,18 +631,22 @@ def make_env(args):
 # ---------------------------------------------------------------------------------------------
 # Network; the multi-categorical policy (one categorical per action dimension) and the Gaussian one
 # ---------------------------------------------------------------------------------------------
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
 class MLP(nn.Module):
     hidden_size: int
     num_layers: int
     out: int
     out_scale: float
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, x, with_hidden=False):
         """The output; with_hidden: (output, [the activations of every hidden layer])."""
         hidden = []
         for _ in range(self.num_layers):
-            x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
+            x = ACTIVATIONS[self.activation](nn.Dense(self.hidden_size, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
             hidden.append(x)
         out = nn.Dense(self.out, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0))(x)
         return (out, hidden) if with_hidden else out
@@ -673,10 +683,11 @@ class GaussianActor(nn.Module):
     hidden_size: int
     num_layers: int
     action_size: int
+    activation: str = "tanh"
 
     @nn.compact
     def __call__(self, x, with_hidden=False):
-        mean, hidden = MLP(self.hidden_size, self.num_layers, self.action_size, 0.01)(x, True)
+        mean, hidden = MLP(self.hidden_size, self.num_layers, self.action_size, 0.01, self.activation)(x, True)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_size,))
         dist = jnp.stack([mean, jnp.broadcast_to(log_std, mean.shape)], axis=-2)
         return (dist, hidden) if with_hidden else dist
@@ -887,10 +898,10 @@ def make_train(args, env):
     """(init, update, evaluate, learning-rate schedule) for these flags, PureJaxRL style."""
     pi = policy_fns(env)
     if env.continuous:
-        actor = GaussianActor(args.hidden_size, args.num_layers, env.action_dims[0])
+        actor = GaussianActor(args.hidden_size, args.num_layers, env.action_dims[0], args.activation)
     else:
-        actor = MLP(args.hidden_size, args.num_layers, int(action_mask(env.action_dims).size), 0.01)
-    critic = MLP(args.hidden_size, args.num_layers, 1, 1.0)
+        actor = MLP(args.hidden_size, args.num_layers, int(action_mask(env.action_dims).size), 0.01, args.activation)
+    critic = MLP(args.hidden_size, args.num_layers, 1, 1.0, args.activation)
     unroll = max(args.unroll, 1)  # (lax.scan would read 0, --unroll's "by the device", as "the whole loop")
     updates_per_iteration = args.update_epochs * args.num_minibatches
     ewma = args.ewma_com is not None
@@ -1028,7 +1039,8 @@ def make_train(args, env):
                                                        args.ewma_bias_correction)
             else:
                 prox_params = params["actor"]
-            return (params, opt_state, prox_params, ewma_weight), (*aux, optax.global_norm(grads))
+            return (params, opt_state, prox_params, ewma_weight), (*aux, optax.global_norm(grads),
+                                                                   optax.global_norm(grads["actor"]))
 
         # flattened once; the behaviour log-probs only feed the KL pass below, so they are not shuffled
         batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]),
@@ -1068,7 +1080,7 @@ def make_train(args, env):
         chunks = jax.tree.map(lambda x: x.reshape((num_chunks, args.batch_size // num_chunks) + x.shape[2:]),
                               (traj.obs, traj.behav_dist))
         kl_sums, prox_kl_sums = jax.lax.map(batch_kls, chunks)  # (a scan unrolled here crashed XLA:GPU at 524,288 envs)
-        pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac, grad_norm = jax.tree.map(jnp.mean, losses)
+        pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac, grad_norm, grad_norm_actor = jax.tree.map(jnp.mean, losses)
         diff = jax.tree.map(lambda a, b: a - b, params, start_params)
         done, ret_sum, len_sum, solved = jax.tree.map(jnp.sum, stats)
         metrics = {
@@ -1078,6 +1090,7 @@ def make_train(args, env):
             "losses/clipfrac": clipfrac,
             "losses/imp_samp_clipfrac": imp_samp_clipfrac,
             "losses/grad_norm": grad_norm,
+            "losses/grad_norm_actor": grad_norm_actor,
             "losses/approx_kl": kl_sums.sum() / args.batch_size,
             "charts/update_norm": optax.global_norm(diff),
             "charts/update_norm_actor": optax.global_norm(diff["actor"]),

@@ -259,7 +259,8 @@ def test_claim_9_epochs_hurt_at_few_envs_and_more_envs_recover_them(tmp_path):
 
 def stagnation_grid(folder, configs, final, curves=None, seeds=(1, 2, 3), extra=lambda config: {}):
     """An analysis whose runs are configs (dicts of config columns) x seeds: final(config) plus seed noise, and per
-    tag of curves(config) a curve of 8 points at that value; scores also carry ddr and best (= final)."""
+    tag of curves(config) a curve of 8 points at that value (or at level(x) for a callable); scores also carry ddr and
+    best (= final)."""
     rng = np.random.default_rng(1)
     scores, runs = [], []
     for i, config in enumerate(configs):
@@ -269,21 +270,34 @@ def stagnation_grid(folder, configs, final, curves=None, seeds=(1, 2, 3), extra=
             scores.append({"run": run, "subrun": "", "env": "E", "seed": seed, **config, "final": value, "best": value,
                            **extra(config)})
             for tag, level in (curves(config) if curves else {}).items():
-                runs += [{"run": run, "subrun": "", "seed": seed, "tag": tag, "x": x, "value": level + 0.01 * rng.standard_normal()}
+                runs += [{"run": run, "subrun": "", "seed": seed, "tag": tag, "x": x,
+                          "value": (level(x) if callable(level) else level) + 0.01 * rng.standard_normal()}
                          for x in range(0, 800, 100)]
     write_analysis(folder, scores, runs or [{"run": "", "subrun": "", "seed": 0, "tag": "", "x": 0, "value": 0}])
 
 
 def test_claims_2_and_3_weak_regularisation_plateaus_lower_with_large_updates(tmp_path):
     coms = [{"ewma-com": c, "clip-coef": 0.2} for c in (4, 32, 256)]
+    epsilons = [{"clip-coef": e} for e in (0.1, 0.2, 0.8)]
     stagnation_grid(tmp_path / "com_eps" / "com_eps" / "analysis", coms, lambda c: np.log(c["ewma-com"]))
-    stagnation_grid(tmp_path / "stag_fig5b_eps" / "eps" / "analysis", [{"clip-coef": e} for e in (0.1, 0.2, 0.8)],
-                    lambda c: -abs(c["clip-coef"] - 0.2))
+    stagnation_grid(tmp_path / "stag_fig5b_eps" / "eps" / "analysis", epsilons, lambda c: -abs(c["clip-coef"] - 0.2))
+    for grid, configs in (("com_eps/com_eps", coms), ("stag_fig5b_eps/eps", epsilons)):  # entropy from 1.8 to 1.0
+        stagnation_grid(tmp_path / grid / "analysis_entropy", configs, lambda c: 0.0,
+                        lambda c: {"losses/entropy": lambda x: 1.8 - x / 875})
     data = claims.main(["2", str(tmp_path / "stag_fig5b_eps")])
     assert data["verdict"] == "reproduced"
-    assert [c["what"] for c in data["conditions"]] == ["PPO-EWMA final return: COM 256 > COM 4",
-                                                      "PPO final return: epsilon 0.2 > epsilon 0.8"]
-    for tag in ("losses/approx_kl", "losses/grad_norm", "charts/update_norm"):  # all shrink with the COM
+    assert [c["what"] for c in data["conditions"]] == [
+        "COM 4 keeps its entropy: last quarter / first > 0.1 (a plateau, not a collapse)",
+        "epsilon 0.8 keeps its entropy: last quarter / first > 0.1 (a plateau, not a collapse)",
+        "PPO-EWMA final return: COM 256 > COM 4", "PPO final return: epsilon 0.2 > epsilon 0.8"]
+    # COM 4's policy collapses (1.8 nats to 0.02): its plateau is not the paper's, and its comparison is not read
+    shutil.rmtree(tmp_path / "com_eps" / "com_eps" / "analysis_entropy")
+    stagnation_grid(tmp_path / "com_eps" / "com_eps" / "analysis_entropy", coms, lambda c: 0.0,
+                    lambda c: {"losses/entropy": lambda x: 1.8 if x < 200 else 0.02 if c["ewma-com"] == 4 else 1.5})
+    data = claims.main(["2", str(tmp_path / "stag_fig5b_eps")])
+    assert [c["outcome"] for c in data["conditions"]] == ["contradicted", "supported", "undecided", "supported"]
+    assert data["verdict"] == "mixed" and "premise" in data["conditions"][2]["note"]
+    for tag in ("losses/approx_kl", "losses/grad_norm_actor", "charts/update_norm_actor"):  # all shrink with the COM
         stagnation_grid(tmp_path / "com_eps" / "com_eps" / f"analysis_{tag.split('/')[1]}", coms, lambda c: 0.0,
                         lambda c, tag=tag: {tag: 1.0 / c["ewma-com"]})
     data = claims.main(["3", str(tmp_path / "com_eps")])

@@ -152,8 +152,9 @@ def test_run_identity_is_the_resolved_command(tmp_path, capsys):
     assert names(tmp_path, atari + ["--", "--num-envs", "8", "--num-steps", "128"], capsys) == \
         names(tmp_path, atari + ["--", "--update-epochs", "4", "--num-steps", "128", "--num-envs=8", "--num-minibatches", "4"], capsys)
     assert names(tmp_path, base + ["--", "--num-steps=100"], capsys) == pilot  # --flag=value is a value
-    long = names(tmp_path, base + ["--", "--num-steps", "100", "--exp-name", "x" * 300], capsys)
-    assert len(long[0]) < 200 and long[0].startswith("noisy_sgd__etc__s1__")  # whole fields only: the long one is left out
+    long = names(tmp_path, base + ["--", "--num-steps", "100", "--exp-name", "x" * 128], capsys)
+    # whole fields only: the longest --exp-name a script takes (128 bytes) fills the readable part, num-steps is left out
+    assert len(long[0]) < 200 and re.fullmatch(r"noisy_sgd__exp-name=x{128}__etc__s1__[0-9a-f]{10}", long[0]), long[0]
 
 
 def test_budgets_from_iterations_follow_the_scripts_own_batch(tmp_path, capsys):
@@ -688,14 +689,15 @@ def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
     assert lines and all(f" {flag} " in line or line.endswith(f" {flag})") for line in lines)
 
 
-# the runners with SCALE=small and gpu settings (benchmark/reproduce.md) and their unique runs: 2 games x 3 seeds for
-# the data-collection claims (stag_fig3a_resume's resumes need its plateau runs' checkpoints: a DRY_RUN lists the
+# the runners with SCALE=small and gpu settings (benchmark/reproduce.md) and their unique runs: 2 games x 5 seeds (gpu: 3)
+# for the data-collection claims (stag_fig3a_resume's resumes need its plateau runs' checkpoints: a DRY_RUN lists the
 # plateau runs only); the task each scale's runs must name
-SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 3 * 7, "atari10_epochs.sh": 2 * 3 * 6, "noisy_sgd.sh": 5 * (1 + 2),
-               "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 3, "recipes.sh": 2 * 2 * 3,
+SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 6, "noisy_sgd.sh": 5 * (1 + 2),
+               "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 5, "recipes.sh": 2 * 2 * 3,
                "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "com_eps.sh": 3 * 3, "stag_fig5b_eps.sh": 3 * 3,
-                                                "coverage_fig2.sh": 2 * 3 * 3}}
+                                                "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 3 * 7,
+                                                "atari10_epochs.sh": 2 * 3 * 6, "stag_fig3a_resume.sh": 3}}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR,

@@ -33,6 +33,7 @@ EVERY_TAG = [
     "losses/approx_kl", "charts/ddr", "losses/grad_norm", "charts/update_norm", "losses/clipfrac",
     "charts/episodic_return", "charts/SPS", "losses/prox_kl", "losses/imp_samp_clipfrac", "charts/solve_rate", "losses/policy_loss",
     "losses/value_loss", "losses/entropy", "losses/explained_variance", "charts/learning_rate", "charts/train_seconds",
+    "losses/grad_norm_actor", "charts/update_norm_actor",
 ]
 DYNAMICS_TAGS = ["dynamics/weight_norm", "dynamics/feature_rank", "dynamics/dormant_pct", "dynamics/feature_rank_critic",
                  "dynamics/dormant_pct_critic", "dynamics/policy_variance", "dynamics/ess_pct", "dynamics/grad_kurtosis"]
@@ -490,6 +491,21 @@ def test_a_budget_of_more_optimiser_steps_than_int32_counts_is_refused(ewma):
         ewma.resolve_args(ewma.Args(**flags, total_timesteps=512 * 2**27))
 
 
+@pytest.mark.parametrize("activation, function", [("tanh", np.tanh), ("relu", lambda z: np.maximum(z, 0.0))])
+def test_the_hidden_layers_apply_the_activation_flag(ewma, activation, function):
+    """--activation: each hidden layer is function(x W + b), the actor's and the critic's (both are MLPs)."""
+    net = ewma.MLP(16, 2, 3, 1.0, activation)
+    x = jax.random.normal(jax.random.PRNGKey(0), (64, 5))
+    params = net.init(jax.random.PRNGKey(1), x)
+    _, hidden = net.apply(params, x, True)
+    z = np.asarray(x, np.float64)
+    for i, h in enumerate(hidden):
+        layer = params["params"][f"Dense_{i}"]
+        z = function(z @ np.asarray(layer["kernel"], np.float64) + np.asarray(layer["bias"], np.float64))
+        np.testing.assert_allclose(h, z, rtol=1e-4, atol=1e-5)
+    assert (np.asarray(hidden[0]) == 0).any() == (activation == "relu")  # a ReLU unit can be exactly 0: dormant
+
+
 def test_vf_clip_coef_follows_clip_coef_unless_given(ewma):
     default = first_update_metrics(ewma)
     assert first_update_metrics(ewma, vf_clip_coef=0.2) == default  # unset = --clip-coef
@@ -583,6 +599,7 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--env-id", "NoSuchEnv-v0"], "--env-id must be `locomotion`, a gymnax id such as CartPole-v1 or a Brax environment"),
     (["--env-id", "Pendulum-v1"], "gymnax's continuous-action envs are not supported; use a Brax environment"),
     (["--env-size", "xl"], "--env-size must be one of s, m, l"),
+    (["--activation", "gelu"], "--activation must be one of tanh, relu (got 'gelu')"),
     (["--resume", "no/such/checkpoint.npz"], "--resume no/such/checkpoint.npz: no such file"),
     (["--num-seeds", "0"], "--num-seeds must be positive"),
     (["--seed", "-1"], "--seed must lie in [0, 2**31 - --num-seeds] = [0, 2147483647]"),
@@ -667,6 +684,7 @@ def test_the_compile_cache_is_on_unless_turned_off(tmp_path):
 @pytest.mark.parametrize("flags, message", [
     (["--num-envs", "8"], "was saved with --num-envs 4, this run has 8"),
     (["--hidden-size", "64"], "was saved with --hidden-size 256, this run has 64"),
+    (["--activation", "relu"], "was saved with --activation tanh, this run has relu"),
 ])
 def test_resume_from_a_checkpoint_of_another_shape_is_refused(tmp_path, cartpole_checkpoint, flags, message):
     base = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
@@ -855,6 +873,9 @@ def test_locomotion_logs_every_tag(locomotion_run):
     kl, ddr = np.array(scalars["losses/approx_kl"]), np.array(scalars["charts/ddr"])
     assert np.all(kl > 0) and np.allclose(ddr, 8 * 16 / kl, rtol=1e-5)
     assert all(v > 0 for v in scalars["charts/update_norm"]) and all(v > 0 for v in scalars["losses/prox_kl"])
+    # the actor's share of the norms (claim 3 reads them: the critic's share grows with the return)
+    assert all(0 < a < b for a, b in zip(scalars["losses/grad_norm_actor"], scalars["losses/grad_norm"]))
+    assert all(0 < a < b for a, b in zip(scalars["charts/update_norm_actor"], scalars["charts/update_norm"]))
     assert "ewma_com" in texts["hyperparameters/text_summary"][0]
 
 

@@ -4,7 +4,8 @@
 # choice); the analysis draws the COM x epsilon heatmap and the final solve rate against the COM.
 # Claims 2 (with stag_fig5b_eps.sh) and 3 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), 5 seeds,
 # COM 4, 32, 256 at epsilon 0.2 (PPO's proximal policy lags 127.5 minibatch steps on average at 8 x 32); the analyses
-# of losses/approx_kl, losses/grad_norm and charts/update_norm feed claim 3 (Fig. 2b-c). About 50 minutes (6.4 min a
+# of losses/approx_kl and the actor's losses/grad_norm_actor and charts/update_norm_actor feed claim 3 (Fig. 2b-c),
+# that of losses/entropy claim 2's premise (the lowest COM's policy has not collapsed). About 50 minutes (6.4 min a
 # run on each of 2 workers, AMD EPYC, 2026-11-25; over the 40 aimed at). SCALE=gpu: Kinetix locomotion at Table 2,
 # 3 seeds, the same COMs, 120 iterations (63M steps a run; common.sh says how the gpu grids are sized).
 source "$(dirname "$0")/common.sh"
@@ -21,7 +22,7 @@ fi
 launch com_eps --script ppo_ewma_jax --seeds $SEEDS --iterations $ITER -- "${ENV[@]}" --ewma-com $COMS --clip-coef $EPS
 analyze com_eps --heatmap ewma-com clip-coef --x-flag ewma-com $(return_tag)
 if reduced; then
-    for tag in losses/approx_kl losses/grad_norm charts/update_norm; do
+    for tag in losses/approx_kl losses/grad_norm_actor charts/update_norm_actor losses/entropy; do
         analyze com_eps --x-flag ewma-com --tag "$tag" --no-dynamics --output "$OUT_DIR/com_eps/analysis_${tag#*/}"
     done
     claim 3

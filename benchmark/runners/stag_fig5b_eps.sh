@@ -2,7 +2,7 @@
 # Stagnation Fig. 5b: standard PPO's clip epsilon on Kinetix locomotion (Table 2 defaults), 5 seeds, 1000
 # iterations; too large an epsilon plateaus early. The epsilon values are this project's choice.
 # Claim 2 of benchmark/reproduce.md, with com_eps.sh's grid (run that runner first, with the same OUT_DIR's parent:
-# claim 2 reads grids/com_eps and grids/stag_fig5b_eps). SCALE=small: STAG_SMALL (common.sh), 5 seeds, epsilon 0.1,
+# claim 2 reads grids/com_eps and grids/stag_fig5b_eps, their returns and their policies' entropy). SCALE=small: STAG_SMALL (common.sh), 5 seeds, epsilon 0.1,
 # 0.2, 0.8. About 50 minutes (com_eps.sh's 6.4 min a run on each of 2 workers; over the 40 aimed at). SCALE=gpu:
 # Kinetix locomotion at Table 2, 3 seeds, epsilon 0.1, 0.2, 0.8, 120 iterations (63M steps a run; common.sh says how
 # the gpu grids are sized).
@@ -19,4 +19,8 @@ else
 fi
 launch eps --script ppo_ewma_jax --seeds $SEEDS --iterations $ITER -- "${ENV[@]}" --clip-coef $EPS
 analyze eps --x-flag clip-coef $(return_tag)
-if reduced; then claim 2; fi
+if reduced; then
+    # claim 2's premise: the widest epsilon's policy keeps its entropy (a plateau, not a collapse)
+    analyze eps --x-flag clip-coef --tag losses/entropy --no-dynamics --output "$OUT_DIR/eps/analysis_entropy"
+    claim 2
+fi
