@@ -13,8 +13,9 @@ holds the margin or cannot be had (fewer than 2 seeds, nothing varies). The inte
 claim of m conditions (Bonferroni), so one condition that holds by chance does not carry a claim; beside each: its
 standardised effect size and the minimum detectable effect (MDE) at 80% power for its seed count. A claim is
 **reproduced** when every condition is supported, **contradicted** when one or more are contradicted and none
-supported, **mixed** when some are supported and some contradicted, **undecided** otherwise. This rule was fixed on
-2026-11-27, before any rerun under it; until then a condition held or did not (an interval holding zero counted as
+supported, **mixed** when some are supported and some contradicted, **undecided** otherwise; a premise (the
+experiment ran in the regime the claim is about) counts for no label, and what it gates is undecided where it fails.
+This rule was fixed on 2026-11-27, before any rerun under it; until then a condition held or did not (an interval holding zero counted as
 "does not") and a claim was reproduced / partly / not reproduced.
 
 The tables are analyze.py's (`scores.csv`: per run its final score, the mean of the tag over the last 10% of
@@ -52,13 +53,14 @@ class Condition:
     test: Callable = field(repr=False)  # level -> Stats
     margin: float = 0.0
     requires: Optional["Condition"] = field(default=None, repr=False)  # undecided unless that one is supported
+    premise: bool = False  # a condition of the experiment, not of the claim: it gates others, and counts for no label
     outcome: str = "undecided"
     stats: Optional["Stats"] = None
     note: str = ""  # why undecided, where it is not the interval
 
     def as_dict(self):
         return {"what": self.what, "outcome": self.outcome, "numbers": self.numbers, "margin": self.margin,
-                "note": self.note, **(self.stats._asdict() if self.stats else {})}
+                "note": self.note, "premise": self.premise, **(self.stats._asdict() if self.stats else {})}
 
 
 class Stats(NamedTuple):
@@ -146,8 +148,10 @@ def decide(conditions, alpha=ALPHA):
 def label(conditions):
     """The claim's label, by the rule fixed on 2026-11-27 before any rerun: reproduced when every condition is
     supported; contradicted when one or more are contradicted and none supported; mixed when some are supported and
-    some contradicted; undecided otherwise (none contradicted, not all supported: the seeds cannot tell)."""
-    outcomes = [c.outcome for c in conditions]
+    some contradicted; undecided otherwise (none contradicted, not all supported: the seeds cannot tell). A premise
+    (the experiment ran in the regime the claim is about) counts for neither: where it fails, what it gates is
+    undecided, and so is the claim unless its other conditions decide it."""
+    outcomes = [c.outcome for c in conditions if not c.premise]
     supported, contradicted = outcomes.count("supported"), outcomes.count("contradicted")
     if outcomes and supported == len(outcomes):
         return "reproduced"
@@ -305,13 +309,21 @@ def numeric(tables, column):
 
 
 def kept_entropy(tables, name, **where):
-    """Condition: a config's policy has not collapsed: per seed, its losses/entropy over the last quarter of training
-    over its first logged value, above 0.1."""
+    """Premise: a config's (categorical) policy has not collapsed: per seed, its losses/entropy over the last quarter
+    of training over its first logged value (a near-uniform policy's), above 0.1."""
     curves = tables.curves("losses/entropy", **where)
-    ratios = [v[x >= x.max() - 0.25 * (x.max() - x.min())].mean() / v[np.argmin(x)] for x, v in curves.values()]
-    return above(ratios, 0.1, f"{name} keeps its entropy: last quarter / first > 0.1 (a plateau, not a collapse)",
-                 f"{name}: ratio {np.mean(ratios):.3g} (last quarter "
-                 f"{np.mean([v[x >= x.max() - 0.25 * (x.max() - x.min())].mean() for x, v in curves.values()]):.3g} nats)")
+    late, first = [], []
+    for x, v in curves.values():
+        if len(x) < 4 or not np.all(np.isfinite(v)) or v[np.argmin(x)] <= 0:
+            fail(f"{tables.folder}: {name}'s losses/entropy needs 4+ finite points from a positive first value (a "
+                 f"categorical policy's) to tell a plateau from a collapse")
+        late.append(v[x >= x.max() - 0.25 * (x.max() - x.min())].mean())
+        first.append(v[np.argmin(x)])
+    ratios = np.array(late) / np.array(first)
+    condition = above(ratios, 0.1, f"{name} keeps its entropy: last quarter / first > 0.1 (a plateau, not a collapse)",
+                      f"{name}: ratio {ratios.mean():.3g} (last quarter {np.mean(late):.3g} nats, first {np.mean(first):.3g})")
+    condition.premise = True
+    return condition
 
 
 def claim_2(out_dir):
@@ -346,19 +358,27 @@ CLAIM_3_TAGS = ("losses/approx_kl", "losses/grad_norm_actor", "charts/update_nor
 
 
 def claim_3(out_dir):
-    """Stagnation Fig. 2b-c, runner com_eps.sh (its analyses of losses/approx_kl, losses/grad_norm, charts/update_norm).
+    """Stagnation Fig. 2b-c, runner com_eps.sh (its analyses of losses/approx_kl, losses/grad_norm_actor,
+    charts/update_norm_actor and losses/entropy).
 
-    Conditions: over the last quarter of training, the lowest COM's runs have a larger KL from the behaviour policy,
-    a larger (raw) gradient norm and a larger per-iteration update norm than the highest COM's, both norms the
-    actor's (the policy's step; the critic's share grows with the return). Until 2026-11-27 the norms of all
-    parameters, actor and critic."""
+    Conditions: the premise of claim 2 (the lowest COM's policy keeps its entropy: a plateau, not a collapse, whose
+    small steps would say nothing of the paper's), then, read only where it holds, over the last quarter of training
+    the lowest COM's runs have a larger KL from the behaviour policy, a larger raw gradient norm and a larger
+    per-iteration update norm than the highest COM's, both norms the actor's (the policy's step: the critic's share
+    of the whole grows with the return). Departure: the paper's footnote speaks of the raw gradient norm under one
+    clip at 0.5, which in PPO-EWMA's code spans actor and critic; `losses/grad_norm` keeps that whole norm. Until
+    2026-11-27: no premise, and the norms of all parameters."""
     grid = Path(out_dir) / "com_eps"
-    conditions = []
+    entropy = Tables(grid / "analysis_entropy")
+    low = numeric(entropy, "ewma-com")[0]
+    premise = kept_entropy(entropy, f"COM {low:g}", **{"ewma-com": low})
+    conditions = [premise]
     for tag in CLAIM_3_TAGS:
         tables = Tables(grid / f"analysis_{tag.split('/')[1]}")
         low, high = numeric(tables, "ewma-com")[0], numeric(tables, "ewma-com")[-1]
         conditions.append(greater(late_mean(tables, tag, **{"ewma-com": low}), late_mean(tables, tag, **{"ewma-com": high}),
                                   f"COM {low:g}", f"COM {high:g}", f"{tag} over the last quarter"))
+        conditions[-1].requires = premise
     return conditions, [grid / f"analysis_{tag.split('/')[1]}" / "curves.png" for tag in CLAIM_3_TAGS]
 
 

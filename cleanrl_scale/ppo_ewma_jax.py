@@ -164,8 +164,8 @@ class Args:
     num_layers: Optional[int] = None
     """hidden layers of the actor's and the critic's MLP (default 3; Brax 2)"""
     activation: str = "tanh"  # PureJaxRL's; the data-collection paper's networks (Nature CNN, IMPALA) are ReLU
-    """the hidden layers' nonlinearity, tanh or relu (a tanh unit is never exactly 0: dormant neurons, data-collection
-    App. B.2, are a ReLU network's)"""
+    """the hidden layers' nonlinearity, tanh or relu (a ReLU unit that never fires is exactly 0, a tanh unit only near
+    0: dormant neurons, data-collection App. B.2, are a ReLU network's failure)"""
 
     # PPO-EWMA (stagnation §2.2; Hilton et al., 2022)
     ewma_com: Optional[float] = None

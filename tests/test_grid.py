@@ -343,14 +343,18 @@ def test_two_launchers_at_once_run_each_run_once(tmp_path):
         assert not list(run.glob("stdout.log.*"))
 
 
-def test_a_failed_run_is_retried_keeping_every_log_and_bad_input_is_not(tmp_path):
-    # a dimension too big to allocate passes every flag rule and fails at run time (exit 1)
-    counts = launch.main(["--script", "noisy_sgd", "--out-dir", str(tmp_path), "--retries", "1", "--",
-                          "--dim", "100000000000", "--num-steps", "5"])
+def test_a_failed_run_is_retried_keeping_every_log_and_bad_input_is_not(tmp_path, monkeypatch):
+    # a run that passes every flag rule and fails at run time (exit 1): its Python starts with a sitecustomize that
+    # exits with 1 (the scripts now refuse before any compute the inputs that used to fail this way, e.g. a --dim too big)
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text("import sys\nsys.exit('a failure at run time')\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    counts = launch.main(["--script", "noisy_sgd", "--out-dir", str(tmp_path), "--retries", "1", "--", "--num-steps", "5"])
+    monkeypatch.delenv("PYTHONPATH")
     assert counts["failed"] == 1
     (run,) = (tmp_path / "runs").iterdir()
     assert (run / "stdout.log").exists() and (run / "stdout.log.1").exists()
-    assert "Unable to allocate" in (run / "stdout.log.1").read_text()
+    assert "a failure at run time" in (run / "stdout.log.1").read_text()
     assert json.loads((run / "failed.json").read_text())["returncode"] == 1 and not (run / "runs").exists()
     # a run the script refuses (exit 2) is bad input: never retried
     record = {**json.loads((run / "command.json").read_text()), "name": "refused", "argv": ["--num-steps", "0"]}

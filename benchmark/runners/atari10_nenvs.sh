@@ -11,7 +11,7 @@
 # SCALE=small (fixed before its runs; benchmark/claims.py holds the conditions): ppo_ewma_jax.py (PPO) on MinAtar
 # Breakout and SpaceInvaders (gymnax), 5 seeds, 1M steps per run; CleanRL's Atari PPO settings (lr 2.5e-4 annealed,
 # gamma 0.99, lambda 0.95, 4 epochs x 4 minibatches, clip 0.1, entropy 0.01) with an MLP of 2 x 256 ReLU units in
-# place of the Nature CNN (ReLU as the paper's networks: a tanh unit is never dormant); fixed_batch 8 x 128, 16 x 64,
+# place of the Nature CNN (ReLU as the paper's networks: a tanh unit is seldom dormant); fixed_batch 8 x 128, 16 x 64,
 # 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. About 42 minutes on 2 CPU cores (2 workers): 25 measured
 # at 3 seeds (AMD EPYC, 2026-11-24), times 5 / 3. Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu: ppo_atari_envpool.py at its defaults on Phoenix and Qbert (Atari-10 games PPO improves on early), 3 seeds,
