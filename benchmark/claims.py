@@ -311,15 +311,12 @@ def numeric(tables, column):
 def kept_entropy(tables, name, **where):
     """Premise: a config's (categorical) policy has not collapsed: per seed, its losses/entropy over the last quarter
     of training over its first logged value (a near-uniform policy's), above 0.1."""
-    curves = tables.curves("losses/entropy", **where)
-    late, first = [], []
-    for x, v in curves.values():
-        if len(x) < 4 or not np.all(np.isfinite(v)) or v[np.argmin(x)] <= 0:
-            fail(f"{tables.folder}: {name}'s losses/entropy needs 4+ finite points from a positive first value (a "
-                 f"categorical policy's) to tell a plateau from a collapse")
-        late.append(v[x >= x.max() - 0.25 * (x.max() - x.min())].mean())
-        first.append(v[np.argmin(x)])
-    ratios = np.array(late) / np.array(first)
+    curves = tables.curves("losses/entropy", **where).values()
+    if any(len(x) < 4 or not np.all(np.isfinite(v)) or v[np.argmin(x)] <= 0 for x, v in curves):
+        fail(f"{tables.folder}: {name}'s losses/entropy needs 4+ finite points from a positive first value (a "
+             f"categorical policy's) to tell a plateau from a collapse")
+    late, first = late_mean(tables, "losses/entropy", **where), np.array([v[np.argmin(x)] for x, v in curves])
+    ratios = late / first
     condition = above(ratios, 0.1, f"{name} keeps its entropy: last quarter / first > 0.1 (a plateau, not a collapse)",
                       f"{name}: ratio {ratios.mean():.3g} (last quarter {np.mean(late):.3g} nats, first {np.mean(first):.3g})")
     condition.premise = True
