@@ -382,21 +382,31 @@ def claim_3(out_dir):
 def claim_4(out_dir):
     """Stagnation Fig. 3a, runner stag_fig3a_resume.sh (its comparison resume_all).
 
-    SCALE=small: COM 4 for 122 iterations, then each seed resumed with COM 4 (control) and 256 to 244. Conditions,
+    SCALE=small: COM 4 for 122 iterations, then each seed resumed with COM 4 (control) and 256 to 244. SCALE=gpu and
+    paper: also the lowering arm, a COM-256 start resumed with the low COM (control: COM 256 kept). Conditions,
     paired by seed (both arms resume one seed's checkpoint; paired since 2026-11-27):
     1. raising the COM resumes improvement: the resumed COM-256 runs end higher than the COM-4 runs did at the
        plateau (the final return of the first 122 iterations);
-    2. and higher than the control that kept COM 4."""
+    2. and higher than the control that kept COM 4;
+    3. (where the lowering arm ran; added 2026-11-27, before any run of it) lowering the COM drops performance: the
+       control that kept the high COM ends higher than the runs resumed with the low COM.
+    Not tested: "the same asymptote" in both directions, an equivalence the paper gives no margin for."""
     tables = Tables(Path(out_dir) / "resume_all" / "analysis")
     start = numeric(tables, "ewma-com")[0]
     higher = numeric(tables, "ewma-com")[-1]
     plateau = tables.final(grid=f"plateau_{start:g}")
-    raised = tables.final(grid=f"resume_{start:g}", **{"ewma-com": higher})
-    kept = tables.final(grid=f"resume_{start:g}", **{"ewma-com": start})
+
+    def resumed(first, com):
+        return tables.final(grid=f"resume_{first:g}", **{"ewma-com": com})
+
+    raised = resumed(start, higher)
     conditions = [greater(raised, plateau, f"resumed with COM {higher:g}", f"COM {start:g} at the plateau", "final return",
                           paired=True),
-                  greater(raised, kept, f"resumed with COM {higher:g}", f"resumed with COM {start:g}", "final return",
-                          paired=True)]
+                  greater(raised, resumed(start, start), f"resumed with COM {higher:g}", f"resumed with COM {start:g}",
+                          "final return", paired=True)]
+    if f"resume_{higher:g}" in set(tables.scores.grid.astype(str)):
+        conditions.append(greater(resumed(higher, higher), resumed(higher, start), f"COM {higher:g} kept",
+                                  f"lowered to COM {start:g}", f"final return from a COM-{higher:g} start", paired=True))
     return conditions, [Path(out_dir) / "resume_all" / "analysis" / "curves.png"]
 
 

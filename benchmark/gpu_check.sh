@@ -8,6 +8,9 @@
 #   locomotion  jax_steps_per_second.py: Kinetix locomotion size m at Table 2 (2,048 x 256) and at 16,384 envs
 #   sfl         sfl_steps_per_second.py first-update: ppo_kinetix_sfl.py --model mlp, size s, Table 3's 2,048 preset
 #   smoke       cuda_smoke.sh: every GPU script (torch and JAX) a few iterations on CUDA
+#   sizing      what SCALE=gpu's grids are sized from: run_seconds.py, whole processes of ppo_ewma_jax.py on
+#               Breakout-MinAtar with 10 seeds packed (the atari10 runners' configs 8 x 128, 32 x 32, 32 x 128), and
+#               jax_steps_per_second.py on locomotion at Table 2 with 5 seeds packed (the stagnation runners')
 #
 #   REFERENCE=~/src/purejaxrl bash benchmark/gpu_check.sh OUT_DIR        (PARTS="minatar locomotion" runs those alone)
 #
@@ -59,9 +62,20 @@ for p in ${PARTS:-device minatar locomotion sfl smoke}; do
     sfl)
       part sfl_first_update "${LIMIT_S:-300}" "$PY" sfl_steps_per_second.py first-update --env-size s --num-envs 2048 \
         --model mlp --repeats 1 --json "$OUT_DIR/sfl_first_update.json" ;;
+    sizing)
+      minatar=(--env-id Breakout-MinAtar --num-seeds 10 --hidden-size 256 --num-layers 2 --activation relu
+               --learning-rate 2.5e-4 --anneal-lr --gamma 0.99 --gae-lambda 0.95 --update-epochs 4 --num-minibatches 4
+               --clip-coef 0.1)
+      for config in 8x128 32x32 32x128; do
+        part "sizing_minatar_$config" "${LIMIT_S:-150}" "$PY" run_seconds.py --budgets 500000 1500000 \
+          --json "$OUT_DIR/sizing_minatar_$config.json" -- "${minatar[@]}" --num-envs "${config%x*}" --num-steps "${config#*x}"
+      done
+      part sizing_locomotion_2048x5 "${LIMIT_S:-200}" "$PY" jax_steps_per_second.py --env-size m --num-envs 2048 \
+        --num-steps 256 --iterations 4 --repeats 1 --json "$OUT_DIR/sizing_locomotion_2048x5.json" -- \
+        --num-minibatches 32 --update-epochs 8 --num-seeds 5 ;;
     smoke)
       part cuda_smoke "${LIMIT_S:-600}" bash cuda_smoke.sh "$OUT_DIR/cuda_smoke_runs" ;;
-    *) echo "gpu_check: unknown part $p (device, minatar, locomotion, sfl, smoke)" >&2; exit 2 ;;
+    *) echo "gpu_check: unknown part $p (device, minatar, locomotion, sizing, sfl, smoke)" >&2; exit 2 ;;
   esac
 done
 exit $failed

@@ -5,7 +5,8 @@ Each repeat, in this one process on this one machine: (1) the environment's limi
 morphologies, same auto-reset) at the same --num-envs, timed after compilation; (2) train a copy of
 the script from a temporary directory for --iterations iterations (no evaluation) and time every
 iteration from the wall times of its TensorBoard events, the first (compilation) dropped. Also
-reports the time from launch to the first logged iteration (mostly compilation).
+reports the time from launch to the first logged iteration (mostly compilation). With --num-seeds K after --, the
+training steps/s are summed over the K seeds one process trains.
 
     python benchmark/jax_steps_per_second.py --env-size m --num-envs 512 --num-steps 32 --repeats 3
     python benchmark/jax_steps_per_second.py --env-id ant --num-envs 256 --num-steps 10 --repeats 3
@@ -77,11 +78,13 @@ def main():
              "--num-envs", opts.num_envs, "--num-steps", opts.num_steps, *opts.extra]
     args = module.resolve_args(module.Args(env_id=opts.env_id, env_size=opts.env_size, num_morphologies=opts.num_morphologies,
                                            num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=1))
+    seeds = int(opts.extra[opts.extra.index("--num-seeds") + 1]) if "--num-seeds" in opts.extra else 1
     batch = opts.num_envs * opts.num_steps
 
     def measure():
         raw = random_action_sps(module, args, opts.scans)
         train, first = train_sps(flags, opts.iterations, batch)
+        train *= seeds  # summed over the seeds one process trains (--num-seeds after --)
         return {"raw_sps": raw, "train_sps": train, "ratio": train / raw, "first_iteration_s": first}
 
     def describe(r):

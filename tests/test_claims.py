@@ -328,6 +328,15 @@ def test_claim_4_resuming_with_a_higher_com(tmp_path):
     shutil.rmtree(folder)
     stagnation_grid(folder, configs, lambda c: 1.0)  # nothing moves
     assert claims.main(["4", str(tmp_path)])["verdict"] == "undecided"
+    # SCALE=gpu's lowering arm: a COM-256 start resumed with COM 4 against COM 256 kept (the last COM ran is the score)
+    lowering = [{"grid": "plateau_256", "ewma-com": 256}, {"grid": "resume_256", "ewma-com": 4},
+                {"grid": "resume_256", "ewma-com": 256}]
+    for kept_higher, outcome in ((True, "supported"), (False, "contradicted")):
+        shutil.rmtree(folder)
+        stagnation_grid(folder, configs + lowering, lambda c: 2.0 if (c["ewma-com"] == 256) == kept_higher else 1.0)
+        data = claims.main(["4", str(tmp_path)])
+        assert data["conditions"][2]["what"] == "final return from a COM-256 start: COM 256 kept > lowered to COM 4"
+        assert data["conditions"][2]["outcome"] == outcome
 
 
 def test_claim_5_more_minibatches_against_bigger_minibatch(tmp_path):

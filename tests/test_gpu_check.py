@@ -1,5 +1,5 @@
-"""benchmark/gpu_check.sh and benchmark/profile_jax.py: without a GPU the check stops before any run; the trace
-reader sums a real profiler trace's events by name."""
+"""benchmark/gpu_check.sh, benchmark/profile_jax.py and benchmark/run_seconds.py: without a GPU the check stops before
+any run; the trace reader sums a real profiler trace's events by name; two budgets' seconds give a run's rate."""
 import shutil
 import subprocess
 import sys
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,3 +58,13 @@ def test_an_xla_variant_is_xla_options_and_their_values():
     for bad in ("unroll=4", "xla_gpu_enable_command_buffer", "xla_a=1;", "xla_a="):
         with pytest.raises(Exception, match="expected xla_option=value"):
             profile_jax.xla_variant(bad)
+
+
+def test_a_runs_seconds_at_two_budgets_give_its_rate_and_fixed_cost():
+    import run_seconds
+
+    # 10 seeds, 40 s fixed, 400k steps/s over the seeds: 0.5M and 1.5M steps a seed take 52.5 s and 77.5 s
+    rate, fixed = run_seconds.rate_and_fixed(500_000, 1_500_000, 52.5, 77.5, seeds=10)
+    assert rate == pytest.approx(400_000) and fixed == pytest.approx(40.0)
+    for t_high in (52.5, 43.0):  # the extra steps hidden by the processes' spread: unresolved, not negative
+        assert all(np.isnan(v) for v in run_seconds.rate_and_fixed(500_000, 1_500_000, 52.5, t_high, seeds=10))

@@ -693,19 +693,19 @@ def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
     assert lines and all(f" {flag} " in line or line.endswith(f" {flag})") for line in lines)
 
 
-# the runners with SCALE=small and gpu settings (benchmark/reproduce.md) and their unique runs: 2 games x 5 seeds (gpu: 3)
-# for the data-collection claims (stag_fig3a_resume's resumes need its plateau runs' checkpoints: a DRY_RUN lists the
-# plateau runs only); the task each scale's runs must name
+# the runners with SCALE=small and gpu settings (benchmark/reproduce.md) and their unique runs: 2 games x 5 seeds (gpu: 10)
+# for the data-collection claims, 5 seeds for the stagnation claims (stag_fig3a_resume's resumes need its plateau runs'
+# checkpoints: a DRY_RUN lists the plateau runs only, gpu's two starting COMs); the task each scale's runs must name
 SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 6, "noisy_sgd.sh": 5 * (1 + 2),
                "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 5, "recipes.sh": 2 * 2 * 3,
                "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}
-REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "com_eps.sh": 3 * 3, "stag_fig5b_eps.sh": 3 * 3,
-                                                "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 3 * 7,
-                                                "atari10_epochs.sh": 2 * 3 * 6, "stag_fig3a_resume.sh": 3}}
+REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
+                                                "atari10_epochs.sh": 2 * 10 * 6, "stag_fig3a_resume.sh": 2 * 5}}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
-REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR,
-                ("gpu", "atari"): r"ppo_atari_envpool\.py .*--env-id (Phoenix|Qbert)-v5", ("gpu", "stag"): r"ppo_ewma_jax\.py (?!.*--env-id)"}
+REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR, ("gpu", "atari"): MINATAR,
+                ("gpu", "coverage"): r"ppo_atari_envpool\.py .*--env-id (Phoenix|Qbert)-v5",
+                ("gpu", "stag"): r"ppo_ewma_jax\.py (?!.*--env-id)"}
 
 
 @pytest.mark.parametrize("scale, runner", [(scale, runner) for scale, grids in REDUCED_GRIDS.items() for runner in sorted(grids)])
@@ -715,7 +715,8 @@ def test_reduced_scale_grids(tmp_path, scale, runner):
     lines = {line for line in result.stdout.splitlines() if line.startswith("(cd ")}
     assert len(lines) == REDUCED_GRIDS[scale][runner]
     if runner != "noisy_sgd.sh":
-        task = REDUCED_TASK[scale, "atari" if runner.startswith(("atari10", "coverage")) else "stag"]
+        kind = "atari" if runner.startswith("atari10") else "coverage" if runner.startswith("coverage") else "stag"
+        task = REDUCED_TASK.get((scale, kind), REDUCED_TASK[scale, "atari"])
         assert all(re.search(task, line) for line in lines)
 
 

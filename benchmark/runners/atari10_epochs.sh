@@ -9,23 +9,22 @@
 # Breakout and SpaceInvaders, 5 seeds, 1M steps per run, the settings of atari10_nenvs.sh's SCALE=small (ReLU units);
 # epochs 4 and 8 at 8 and 16 envs x 128 steps and at 8 envs x 256 steps. About 42 minutes on 2 CPU cores (2
 # workers): 25 measured at 3 seeds, times 5 / 3. Until 2026-11-27: 3 seeds, tanh units.
-# SCALE=gpu: ppo_atari_envpool.py at its defaults on Phoenix and Qbert, 3 seeds, 1M steps per run, the SCALE=small
-# configs.
+# SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
+# steps): SCALE=small's games, configs and flags with 10 seeds (in one process) and 10M steps a run. GPU time, one
+# process at a time (common.sh's measured H200 rates), per game: 8 epochs (~35 ms of minibatch steps an iteration)
+# 8 x 128 407 s, 16 x 128 204 s, 8 x 256 236 s; 4 epochs 236 s, 118 s, 150 s (atari10_nenvs.sh's runs, shared
+# through the store); + 6 x 40 s fixed = 1,591 s; 2 games 0.88 GPU-hours (0.53 after atari10_nenvs.sh).
 source "$(dirname "$0")/common.sh"
 supports small gpu
 TAG=()
 if smoke; then
     SCRIPT=ppo_atari_envpool; GAMES="Breakout-v5"; SEEDS="1 2"; BUDGET=2048; EPOCHS="1 2"; NENVS="2 4"; STEPS=16
     BASE_ENVS=2; ROLLOUTS=32; FLAGS=()
-elif [[ "$SCALE" == small ]]; then
-    SCRIPT=ppo_ewma_jax; GAMES="Breakout-MinAtar SpaceInvaders-MinAtar"; SEEDS="1 2 3 4 5"; BUDGET=1000000
-    EPOCHS="4 8"; NENVS="8 16"; STEPS=128; BASE_ENVS=8; ROLLOUTS=256; TAG=(--tag charts/episodic_return)
-    FLAGS=(--hidden-size 256 --num-layers 2 --activation relu --learning-rate 2.5e-4 --anneal-lr --gamma 0.99
-           --gae-lambda 0.95 --num-minibatches 4 --clip-coef 0.1)
-elif [[ "$SCALE" == gpu ]]; then
-    SCRIPT=ppo_atari_envpool; GAMES="Phoenix-v5 Qbert-v5"; SEEDS="1 2 3"; BUDGET=1000000; EPOCHS="4 8"; NENVS="8 16"
-    STEPS=128; BASE_ENVS=8; ROLLOUTS=256; FLAGS=()
-    [[ -n "${LAUNCH_FLAGS:-}" ]] || LAUNCH_FLAGS="--workers 4"
+elif reduced; then
+    SCRIPT=ppo_ewma_jax; GAMES="$MINATAR_GAMES"; EPOCHS="4 8"; NENVS="8 16"; STEPS=128; BASE_ENVS=8; ROLLOUTS=256
+    TAG=(--tag charts/episodic_return); FLAGS=("${MINATAR_PPO[@]}")
+    if [[ "$SCALE" == small ]]; then SEEDS="1 2 3 4 5"; BUDGET=1000000
+    else SEEDS="$MINATAR_GPU_SEEDS"; BUDGET=$MINATAR_GPU_BUDGET; gpu_defaults $MINATAR_GPU_FLAGS; fi
 else
     SCRIPT=ppo_atari_envpool; GAMES="$ATARI10"; SEEDS="1 2 3 4 5"; BUDGET=100000000; EPOCHS="4 8 16"; NENVS="8 16 32"
     STEPS=128; BASE_ENVS=8; ROLLOUTS="256 512"; FLAGS=()

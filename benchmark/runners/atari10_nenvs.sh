@@ -14,23 +14,22 @@
 # place of the Nature CNN (ReLU as the paper's networks: a tanh unit is seldom dormant); fixed_batch 8 x 128, 16 x 64,
 # 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. About 42 minutes on 2 CPU cores (2 workers): 25 measured
 # at 3 seeds (AMD EPYC, 2026-11-24), times 5 / 3. Until 2026-11-27: 3 seeds, tanh units.
-# SCALE=gpu: ppo_atari_envpool.py at its defaults on Phoenix and Qbert (Atari-10 games PPO improves on early), 3 seeds,
-# 1M steps per run, the SCALE=small configs (common.sh says how the gpu grids are sized).
+# SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
+# steps): SCALE=small's games, configs and flags with 10 seeds (in one process) and 10M steps a run. GPU time, one
+# process at a time (common.sh's measured H200 rates), per game: fixed_batch 8 x 128 236 s, 16 x 64 203 s,
+# 32 x 32 188 s; grow 16 x 128 118 s, 32 x 128 59 s, 8 x 256 150 s, 8 x 512 108 s; + 7 x 40 s fixed = 1,342 s;
+# 2 games 0.75 GPU-hours (4 processes share the GPU: less, by an unmeasured factor).
 source "$(dirname "$0")/common.sh"
 supports small gpu
 TAG=()
 if smoke; then
     SCRIPT=ppo_atari_envpool; GAMES="Breakout-v5"; SEEDS="1 2"; BUDGET=2048; NENVS="2 4"; STEPS=16; BATCH=32
     ROLLOUTS="32 64"; BASE_ENVS=2; FLAGS=()
-elif [[ "$SCALE" == small ]]; then
-    SCRIPT=ppo_ewma_jax; GAMES="Breakout-MinAtar SpaceInvaders-MinAtar"; SEEDS="1 2 3 4 5"; BUDGET=1000000
-    NENVS="8 16 32"; STEPS=128; BATCH=1024; ROLLOUTS="256 512"; BASE_ENVS=8; TAG=(--tag charts/episodic_return)
-    FLAGS=(--hidden-size 256 --num-layers 2 --activation relu --learning-rate 2.5e-4 --anneal-lr --gamma 0.99
-           --gae-lambda 0.95 --update-epochs 4 --num-minibatches 4 --clip-coef 0.1)
-elif [[ "$SCALE" == gpu ]]; then
-    SCRIPT=ppo_atari_envpool; GAMES="Phoenix-v5 Qbert-v5"; SEEDS="1 2 3"; BUDGET=1000000; NENVS="8 16 32"; STEPS=128
-    BATCH=1024; ROLLOUTS="256 512"; BASE_ENVS=8; FLAGS=()
-    [[ -n "${LAUNCH_FLAGS:-}" ]] || LAUNCH_FLAGS="--workers 4"
+elif reduced; then
+    SCRIPT=ppo_ewma_jax; GAMES="$MINATAR_GAMES"; NENVS="8 16 32"; STEPS=128; BATCH=1024; ROLLOUTS="256 512"
+    BASE_ENVS=8; TAG=(--tag charts/episodic_return); FLAGS=("${MINATAR_PPO[@]}" --update-epochs 4)
+    if [[ "$SCALE" == small ]]; then SEEDS="1 2 3 4 5"; BUDGET=1000000
+    else SEEDS="$MINATAR_GPU_SEEDS"; BUDGET=$MINATAR_GPU_BUDGET; gpu_defaults $MINATAR_GPU_FLAGS; fi
 else
     SCRIPT=ppo_atari_envpool; GAMES="$ATARI10"; SEEDS="1 2 3 4 5"; BUDGET=100000000; NENVS="1 2 4 8 16 32 64"; STEPS=128
     BATCH=1024; ROLLOUTS="256 512 1024"; BASE_ENVS=8; FLAGS=()

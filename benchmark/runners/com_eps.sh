@@ -8,8 +8,9 @@
 # no-collapse premise decides whether its runs test the claims. The analyses of losses/approx_kl and the actor's
 # losses/grad_norm_actor and charts/update_norm_actor feed claim 3 (Fig. 2b-c), that of losses/entropy the premise
 # of claims 2 and 3 (the lowest COM's policy has not collapsed). About 50 minutes (6.4 min a
-# run on each of 2 workers, AMD EPYC, 2026-11-25; over the 40 aimed at). SCALE=gpu: Kinetix locomotion at Table 2,
-# 3 seeds, the same COMs, 120 iterations (63M steps a run; common.sh says how the gpu grids are sized).
+# run on each of 2 workers, AMD EPYC, 2026-11-25; over the 40 aimed at). SCALE=gpu (fixed 2026-11-27, before any
+# run): Kinetix locomotion at Table 2, seeds 1-5 in one process, COM 8, 32, 256 at epsilon 0.2, 1000 iterations (524M
+# steps a run); 3 configs x 61 GPU-minutes = 3.1 GPU-hours on an H200 (common.sh's measured rates).
 source "$(dirname "$0")/common.sh"
 supports small gpu
 if smoke; then
@@ -17,7 +18,8 @@ if smoke; then
 elif [[ "$SCALE" == small ]]; then
     SEEDS="6 7 8 9 10"; ENV=("${STAG_SMALL[@]}"); ITER=$STAG_SMALL_ITER; COMS="8 32 256"; EPS="0.2"
 elif [[ "$SCALE" == gpu ]]; then
-    SEEDS="1 2 3"; ENV=(--env-id locomotion); ITER=120; COMS="4 32 256"; EPS="0.2"
+    SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); ITER=$STAG_GPU_ITER; COMS="8 32 256"; EPS="0.2"
+    gpu_defaults $STAG_GPU_FLAGS
 else
     SEEDS="1 2 3"; ENV=(--env-id locomotion); ITER=1000; COMS="1 4 16 64 256"; EPS="0.05 0.1 0.2 0.3 0.5"
 fi

@@ -61,12 +61,31 @@ supports() {
 # 64 envs x 128 steps (8192; Table 2's is 2048 x 256); 122 iterations = 1M steps unless a runner says otherwise.
 STAG_SMALL=(--env-id SpaceInvaders-MinAtar --num-envs 64 --num-steps 128)
 STAG_SMALL_ITER=122
+# The reduced scales' task for the data-collection claims 7-10 (atari10_nenvs.sh, atari10_epochs.sh): PPO on two MinAtar
+# games with CleanRL's Atari PPO settings (lr 2.5e-4 annealed, gamma 0.99, lambda 0.95, 4 minibatches, clip 0.1) and
+# an MLP of 2 x 256 ReLU units in place of the Nature CNN; the runner gives --update-epochs
+MINATAR_GAMES="Breakout-MinAtar SpaceInvaders-MinAtar"
+MINATAR_PPO=(--hidden-size 256 --num-layers 2 --activation relu --learning-rate 2.5e-4 --anneal-lr --gamma 0.99
+             --gae-lambda 0.95 --num-minibatches 4 --clip-coef 0.1)
 
-# SCALE=gpu (claims 2-10, about one GPU-hour per runner on one H100 with 16 CPU cores): sized from throughputs assumed
-# before any GPU run, since no GPU has been lent to this project yet (benchmark/reproduce.md says so beside each
-# command): ppo_ewma_jax.py on Kinetix locomotion (its default size m) at Table 2's 2048 envs x 256 steps ~200k
-# steps/s, one run at a time (one run fills the GPU); ppo_atari_envpool.py ~2.5k steps/s a run, 4 runs at a time
-# (the Atari runners default to --workers 4). A GPU session measures them first and re-sizes, before any verdict.
+# SCALE=gpu (claims 2-4 and 7-10; not yet re-sized: 5, 6 and the other runners with gpu settings), sized from
+# throughputs measured on an H200 (2026-11-27, benchmark/results/h200_2026-11-27, `PARTS="sizing locomotion" bash
+# benchmark/gpu_check.sh`); each runner states its GPU-hours as arithmetic from these, one process at a time,
+# evaluation left out:
+#   stagnation claims 2-4: ppo_ewma_jax.py on Kinetix locomotion size m at Table 2 (2048 envs x 256 steps, 8 x 32),
+#   5 seeds in one process (STAG_GPU_FLAGS): 723k steps/s over the 5 (1 seed alone: 291k; 16,384 envs: 886k, so two
+#   packs at once gain at most 1.2x), first iteration after ~52 s; 1,000 iterations of 5 seeds = 3,626 s + 52 s,
+#   61 GPU-minutes a config.
+#   data-collection claims 7-10: ppo_ewma_jax.py on MinAtar (ReLU 2 x 256, 4 epochs x 4 minibatches), 10 seeds in one
+#   process (MINATAR_GPU_FLAGS): an iteration of the 10 takes ~17.5 ms of minibatch steps (4.4 ms per epoch) plus
+#   0.052 ms per rollout step (from 8 x 128: 24.2 ms, 32 x 32: 19.2 ms an iteration), ~40 s fixed (start-up and
+#   compilation) a process; 10M steps a seed. These runs leave the GPU mostly idle: 4 share it (--workers 4).
+STAG_GPU_SEEDS="1 2 3 4 5"; STAG_GPU_ITER=1000
+MINATAR_GPU_SEEDS="1 2 3 4 5 6 7 8 9 10"; MINATAR_GPU_BUDGET=10000000
+STAG_GPU_FLAGS="--seeds-per-process 5"  # the launcher packs seeds only within 262,144 transitions an iteration
+MINATAR_GPU_FLAGS="--workers 4 --seeds-per-process 10"
+# gpu_defaults FLAGS: SCALE=gpu's launcher flags (the packs and workers its sizes assume) unless LAUNCH_FLAGS says
+gpu_defaults() { [[ -n "${LAUNCH_FLAGS:-}" ]] || LAUNCH_FLAGS="$*"; }
 # reduced: the scales that test the claims (their verdicts and the analyses the verdicts read)
 reduced() { [[ "$SCALE" == small || "$SCALE" == gpu ]]; }
 # return_tag: the score of the CPU-sized tasks (CartPole, MinAtar: no solve rate); gpu and paper read the script's own

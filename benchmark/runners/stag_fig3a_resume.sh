@@ -7,8 +7,11 @@
 # Claim 4 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), 5 seeds (3 until 2026-11-27), COM 4 for
 # 122 iterations (1M steps), then resumed with COM 4 (the control) and 256 to 244 iterations; the lowering arm (a
 # COM-256 start resumed with COM 4) does not fit this scale's hour. About 48 minutes (15 runs of 1M steps at
-# com_eps.sh's measured 6.4 min a run on each of 2 workers, AMD EPYC, 2026-11-25). SCALE=gpu: Kinetix
-# locomotion at Table 2, 3 seeds, COM 4 for 100 iterations, resumed with COM 4 and 256 to 200.
+# com_eps.sh's measured 6.4 min a run on each of 2 workers, AMD EPYC, 2026-11-25). SCALE=gpu (fixed 2026-11-27,
+# before any run): Kinetix locomotion at Table 2, 5 seeds, COM 8 and COM 256 for 500 iterations each (seeds 1-5 in one
+# process), each seed resumed with COM 8 and 256 to 1000 (both arms of Fig. 3a: raising and lowering); 2 plateau packs
+# x 30.5 GPU-minutes + 20 resumes (one seed each, 291k steps/s) x 15 GPU-minutes = 6.0 GPU-hours on an H200
+# (common.sh's measured rates).
 source "$(dirname "$0")/common.sh"
 supports small gpu
 if smoke; then
@@ -18,7 +21,8 @@ elif [[ "$SCALE" == small ]]; then
     SEEDS="1 2 3 4 5"; ENV=("${STAG_SMALL[@]}"); PLATEAU=$STAG_SMALL_ITER; TOTAL=$((2 * STAG_SMALL_ITER)); STARTS="4"
     COMS="4 256"
 elif [[ "$SCALE" == gpu ]]; then
-    SEEDS="1 2 3"; ENV=(--env-id locomotion); PLATEAU=100; TOTAL=200; STARTS="4"; COMS="4 256"
+    SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); PLATEAU=$((STAG_GPU_ITER / 2)); TOTAL=$STAG_GPU_ITER
+    STARTS="8 256"; COMS="8 256"; gpu_defaults $STAG_GPU_FLAGS
 else
     SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); PLATEAU=500; TOTAL=1000; STARTS="4 256"; COMS="4 16 64 256"
 fi

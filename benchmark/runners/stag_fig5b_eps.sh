@@ -4,8 +4,8 @@
 # Claim 2 of benchmark/reproduce.md, with com_eps.sh's grid (run that runner first, with the same OUT_DIR's parent:
 # claim 2 reads grids/com_eps and grids/stag_fig5b_eps, their returns and their policies' entropy). SCALE=small: STAG_SMALL (common.sh), seeds 6-10 (1-5
 # until 2026-11-27: a rerun on fresh seeds), epsilon 0.1, 0.2, 0.8. About 50 minutes (com_eps.sh's 6.4 min a run on each of 2 workers; over the 40 aimed at). SCALE=gpu:
-# Kinetix locomotion at Table 2, 3 seeds, epsilon 0.1, 0.2, 0.8, 120 iterations (63M steps a run; common.sh says how
-# the gpu grids are sized).
+# Kinetix locomotion at Table 2, seeds 1-5 in one process, epsilon 0.1, 0.2, 0.8, 1000 iterations (524M steps a run;
+# fixed 2026-11-27, before any run); 3 configs x 61 GPU-minutes = 3.1 GPU-hours on an H200 (common.sh's measured rates).
 source "$(dirname "$0")/common.sh"
 supports small gpu
 if smoke; then
@@ -13,7 +13,8 @@ if smoke; then
 elif [[ "$SCALE" == small ]]; then
     SEEDS="6 7 8 9 10"; ENV=("${STAG_SMALL[@]}"); ITER=$STAG_SMALL_ITER; EPS="0.1 0.2 0.8"
 elif [[ "$SCALE" == gpu ]]; then
-    SEEDS="1 2 3"; ENV=(--env-id locomotion); ITER=120; EPS="0.1 0.2 0.8"
+    SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); ITER=$STAG_GPU_ITER; EPS="0.1 0.2 0.8"
+    gpu_defaults $STAG_GPU_FLAGS
 else
     SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); ITER=1000; EPS="0.05 0.1 0.2 0.4 0.8"
 fi
