@@ -645,7 +645,7 @@ RUNNER_GRIDS = {
     "atari10_nenvs.sh": 10 * 5 * (7 + 7 + 3) - 50, "atari10_epochs.sh": 10 * 5 * 3 * (3 + 2),
     "atari10_encoders.sh": 2 * 10 * 5 * 7, "pqn_nenvs.sh": 10 * 5 * (7 + 3), "rnd_nenvs.sh": 2 * 2 * 5 * 4,
     "lr_sensitivity.sh": 10 * 5 * (1 + 3 + 3), "gamma_sensitivity.sh": 10 * 5 * 3 * (3 + 2),
-    "recipes.sh": 5 * (5 * 3 + 4), "com_eps.sh": 3 * 5 * 5, "stag_fig5b_eps.sh": 5 * 5,
+    "recipes.sh": 5 * (1 + 4 * 3 + 4), "com_eps.sh": 3 * 5 * 5, "stag_fig5b_eps.sh": 5 * 5,
     "stag_fig3a_resume.sh": 5 * 2, "stag_fig4_lr.sh": 3 * 3 * 3 * 2, "stag_fig6_epochs.sh": 3 * 4 * (4 + 3),
     "stag_fig7_minibatch.sh": 3 * 3 * (3 + 2), "ddr_budgets.sh": 3 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 5 * (1 + 2),
     "sfl_scaling.sh": 2 * 3 * (3 + 1), "sfl_fig15_minibatches.sh": 3 * 3, "sfl_fig17_lr.sh": 3 * 3, "sfl_fig18_ewma.sh": 3 * (1 + 3),
@@ -697,10 +697,11 @@ def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
 # for the data-collection claims, 5 seeds for the stagnation claims (stag_fig3a_resume's resumes need its plateau runs'
 # checkpoints: a DRY_RUN lists the plateau runs only, gpu's two starting COMs); the task each scale's runs must name
 SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 6, "noisy_sgd.sh": 5 * (1 + 2),
-               "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 5, "recipes.sh": 2 * 2 * 3,
-               "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}
+               "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 5, "recipes.sh": 5 * (1 + 2),
+               "ddr_budgets.sh": 2 * 4 * 5}
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
-                                                "atari10_epochs.sh": 2 * 10 * 6, "stag_fig3a_resume.sh": 2 * 5}}
+                                                "atari10_epochs.sh": 2 * 10 * 6, "stag_fig3a_resume.sh": 2 * 5,
+                                                "recipes.sh": 3 * (1 + 2), "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR, ("gpu", "atari"): MINATAR,

@@ -2,17 +2,20 @@
 # Stagnation Fig. 8: the Data-to-Divergence Ratio against the best solve rate, for several compute budgets (one
 # colour per budget and config in the plot), over data per update (N_envs) and update sizes (epochs x minibatches);
 # PPO on Kinetix locomotion, 3 seeds. The grid and budgets are this project's choice.
-# Claim 6 of benchmark/reproduce.md. SCALE=small: SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's task) with 128-step
-# rollouts, 2 seeds, N_envs 16 and 64 x epochs 2 and 8 x minibatches 8 and 32, budgets 250k and 1M steps. About 60
-# minutes (estimated from com_eps.sh's measured 6.4 min a 1M-step run on each of 2 workers, AMD EPYC, 2026-11-25). SCALE=gpu: Kinetix locomotion at Table 2's 256 steps, 2 seeds, N_envs 512 and 2048 x the same epochs and
-# minibatches, budgets 10M and 40M steps, the solve rate evaluated every 2 iterations (a 2048-env run of 10M steps
-# has 19).
+# Claim 6 of benchmark/reproduce.md (claims.py: the score peaks inside the DDR range, and the best config's DDR rises
+# with the budget). SCALE=small (fixed 2026-11-27, before any run): SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's
+# task, 64 envs x 128 steps and Table 2's 32 minibatches held), the DDR varied apart from N_envs through the epochs 1,
+# 2, 4, 8, budgets 250k and 1M steps, 5 seeds. About 50 minutes on 2 workers (arithmetic: com_eps.sh's 6.4 min a
+# 1M-step run at 8 epochs, a quarter of it taken to be the rollout's; not yet timed). Until 2026-11-27: N_envs 16, 64
+# x epochs 2, 8 x minibatches 8, 32, 2 seeds. SCALE=gpu (not re-sized, 2026-11-25's estimate): Kinetix locomotion at Table 2's 256 steps, 2 seeds,
+# N_envs 512 and 2048 x epochs 2, 8 x minibatches 8, 32, budgets 10M and 40M steps, the solve rate evaluated every 2
+# iterations (a 2048-env run of 10M steps has 19).
 source "$(dirname "$0")/common.sh"
 supports small gpu
 if smoke; then
     SEEDS="1"; ENV=(--env-id CartPole-v1 --num-steps 16); NENVS="8"; EPOCHS="1 4"; MB="2 4"; BUDGETS="1024 2048"
 elif [[ "$SCALE" == small ]]; then
-    SEEDS="1 2"; ENV=(--env-id SpaceInvaders-MinAtar --num-steps 128); NENVS="16 64"; EPOCHS="2 8"; MB="8 32"
+    SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar --num-steps 128); NENVS="64"; EPOCHS="1 2 4 8"; MB="32"
     BUDGETS="250000 1000000"
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="1 2"; ENV=(--env-id locomotion --num-steps 256 --eval-every 2); NENVS="512 2048"; EPOCHS="2 8"; MB="8 32"

@@ -1,32 +1,40 @@
 #!/usr/bin/env bash
 # Stagnation Fig. 9: the scaling recipes (§5, App. D) from the base config (2048 envs, 32 minibatches,
-# lr 3e-4) to 2x-16x the envs, PPO on Kinetix locomotion (ppo_ewma_jax.py), 5 seeds, solve rate.
+# lr 3e-4) to 2x-16x the envs, PPO on Kinetix locomotion (ppo_ewma_jax.py), 5 seeds, solve rate; the base runs once.
 # hybrid (b = 2) starts at 2x: a = k / b must be a whole number of times the base minibatches.
-# Claim 5 of benchmark/reproduce.md. SCALE=small: SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's task), 3 seeds,
-# 100 iterations, base 32 envs x 128 steps with 32 minibatches, scaled to 128 envs (k = 4) by more-minibatches and by
-# bigger-minibatch (the hybrid and sqrt-lr recipes are left out at this scale). About 50 minutes (estimated from com_eps.sh's measured 6.4 min a 1M-step run on each of 2 workers, AMD EPYC, 2026-11-25). SCALE=gpu: Kinetix
-# locomotion at Table 2, 3 seeds, 80 iterations, base 1024 envs x 256 steps with 32 minibatches, scaled to 4096 envs
-# the same two ways.
+# Claim 5 of benchmark/reproduce.md. SCALE=small (fixed 2026-11-27, before any run): SpaceInvaders-MinAtar at
+# Table 2 (STAG_SMALL's hyper-parameters), 5 seeds, every run 1M environment steps (equal steps, so a scaled run does
+# k times fewer iterations), base 8 envs x 128 steps with 32 minibatches (of 32 transitions; Table 2's are of 16,384),
+# scaled k = 16 to 128 envs by more-minibatches (512 minibatches of 32) and by bigger-minibatch (32 of 512); the base
+# runs once. About 30-40 minutes on 2 workers (arithmetic, not yet timed: the base and more-minibatches each do 250k
+# minibatch steps of 32 a seed, bigger-minibatch 15.6k of 512). Until 2026-11-27: 3 seeds, 100 iterations each (the
+# scaled runs saw 4x the samples), base 32 envs, k = 4, the base run under both recipes. SCALE=gpu (not re-sized,
+# 2026-11-25's estimate): Kinetix locomotion at Table 2, 3 seeds, 80 iterations, base 1024 envs x 256 steps with 32
+# minibatches, scaled to 4096 envs the same two ways.
 source "$(dirname "$0")/common.sh"
 supports small gpu
 RECIPES="more-minibatches bigger-minibatch bigger-minibatch-sqrt-lr"
 if smoke; then
-    SEEDS="1"; ENV=(--env-id CartPole-v1); BASE=16; NENVS="16 32 64"; HYBRID="32 64"; ITER=4; STEPS=16; MB=4
+    SEEDS="1"; ENV=(--env-id CartPole-v1); BASE=16; NENVS="32 64"; HYBRID="32 64"; BUDGET=(--iterations 4); STEPS=16
+    MB=4
 elif [[ "$SCALE" == small ]]; then
-    SEEDS="1 2 3"; ENV=(--env-id SpaceInvaders-MinAtar); BASE=32; NENVS="32 128"; HYBRID=""; ITER=100; STEPS=128; MB=32
-    RECIPES="more-minibatches bigger-minibatch"
+    SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar); BASE=8; NENVS="128"; HYBRID=""; STEPS=128; MB=32
+    RECIPES="more-minibatches bigger-minibatch"; BUDGET=(--fixed-budget --total-timesteps 1000000)
 elif [[ "$SCALE" == gpu ]]; then
-    SEEDS="1 2 3"; ENV=(--env-id locomotion); BASE=1024; NENVS="1024 4096"; HYBRID=""; ITER=80; STEPS=256; MB=32
+    SEEDS="1 2 3"; ENV=(--env-id locomotion); BASE=1024; NENVS="4096"; HYBRID=""; BUDGET=(--iterations 80); STEPS=256
+    MB=32
     RECIPES="more-minibatches bigger-minibatch"
 else
-    SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); BASE=2048; NENVS="2048 4096 8192 16384 32768"; HYBRID="4096 8192 16384 32768"; ITER=1000; STEPS=256; MB=32
+    SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); BASE=2048; NENVS="4096 8192 16384 32768"; HYBRID="$NENVS"
+    BUDGET=(--iterations 1000); STEPS=256; MB=32
 fi
-COMMON=(--script ppo_ewma_jax --seeds $SEEDS --iterations $ITER)
-launch recipes "${COMMON[@]}" -- "${ENV[@]}" --num-steps $STEPS --base-num-envs $BASE --base-num-minibatches $MB \
-    --num-envs $NENVS --scaling-recipe $RECIPES
+COMMON=(--script ppo_ewma_jax --seeds $SEEDS "${BUDGET[@]}")
+SHARED=("${ENV[@]}" --num-steps $STEPS --base-num-envs $BASE --base-num-minibatches $MB)
+# the base runs once: at N_envs = base every recipe is the base config (claims.py reads it as bigger-minibatch's)
+launch recipes "${COMMON[@]}" -- "${SHARED[@]}" --num-envs $BASE --scaling-recipe bigger-minibatch
+launch recipes "${COMMON[@]}" -- "${SHARED[@]}" --num-envs $NENVS --scaling-recipe $RECIPES
 if [[ -n "$HYBRID" ]]; then
-    launch recipes "${COMMON[@]}" -- "${ENV[@]}" --num-steps $STEPS --base-num-envs $BASE --base-num-minibatches $MB \
-        --num-envs $HYBRID --scaling-recipe hybrid --hybrid-minibatch-factor 2
+    launch recipes "${COMMON[@]}" -- "${SHARED[@]}" --num-envs $HYBRID --scaling-recipe hybrid --hybrid-minibatch-factor 2
 fi
 analyze recipes --x-flag num-envs $(return_tag)
 if reduced; then claim 5; fi
