@@ -7,7 +7,7 @@
 Every claim is tested by conditions fixed before its runs (written here and at the top of its runner, and not
 changed after seeing results; where one was changed, its docstring keeps what it was). Each condition states the
 paper's direction as `estimate > margin` over the seeds (a difference of means by Welch's t, paired by seed where
-the design pairs runs, a one-sample t against a threshold, a least-squares curvature by t, or a bootstrap) and is
+the design pairs runs, a one-sample t against a threshold, or a bootstrap) and is
 **supported** when its interval lies above the margin, **contradicted** when it lies below, **undecided** when it
 holds the margin or cannot be had (fewer than 2 seeds, nothing varies). The intervals are at 1 - 0.05 / m for a
 claim of m conditions (Bonferroni), so one condition that holds by chance does not carry a claim; beside each: its
@@ -64,7 +64,7 @@ class Condition:
 
 
 class Stats(NamedTuple):
-    estimate: float  # the difference (or curvature) in the paper's direction
+    estimate: float  # the difference (or log ratio) in the paper's direction
     low: float  # its interval at `level`
     high: float
     level: float
@@ -158,29 +158,6 @@ def label(conditions):
     if contradicted:
         return "mixed" if supported else "contradicted"
     return "undecided"
-
-
-def concave(x, y, what, numbers):
-    """Condition: y peaks inside x's range, -c > 0 for the least-squares fit y ~ a + b x + c x^2 (x centred), its
-    interval by t with n - 3 degrees of freedom; the effect size is -c over its standard error's sqrt(n) share."""
-    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-    n = len(x)
-
-    def test(level):
-        if n < 4 or len(np.unique(x)) < 3:
-            return Stats(np.nan, np.nan, np.nan, level, np.nan, np.nan, f"{n} runs")
-        design = np.column_stack([np.ones(n), x - x.mean(), (x - x.mean()) ** 2])
-        beta, *_ = np.linalg.lstsq(design, y, rcond=None)
-        residual = y - design @ beta
-        variance = residual @ residual / (n - 3)
-        se = np.sqrt(variance * np.linalg.inv(design.T @ design)[2, 2])
-        estimate = -beta[2]
-        if se == 0:
-            return Stats(estimate, estimate, estimate, level, np.nan, 0.0, f"{n} runs")
-        q = scipy.stats.t.ppf(1 - (1 - level) / 2, n - 3)
-        return Stats(estimate, estimate - q * se, estimate + q * se, level, estimate / (se * np.sqrt(n)),
-                     (q + scipy.stats.t.ppf(POWER, n - 3)) * se, f"{n} runs")
-    return Condition(what, numbers, test)
 
 
 def resampled(estimate, replicates, what, numbers, n):
@@ -397,7 +374,9 @@ def claim_4(out_dir):
        plateau (the final return of the first 122 iterations);
     2. and higher than the control that kept COM 4;
     3. (where the lowering arm ran; added 2026-11-27, before any run of it) lowering the COM drops performance: the
-       control that kept the high COM ends higher than the runs resumed with the low COM.
+       high-COM runs at the switch (their plateau grid's final return) end higher than the same seeds resumed with the
+       low COM (not "the control that kept the high COM ends higher", which a lowered run that merely stops improving
+       would also meet).
     Not tested: "the same asymptote" in both directions, an equivalence the paper gives no margin for."""
     tables = Tables(Path(out_dir) / "resume_all" / "analysis")
     start = numeric(tables, "ewma-com")[0]
@@ -413,20 +392,23 @@ def claim_4(out_dir):
                   greater(raised, resumed(start, start), f"resumed with COM {higher:g}", f"resumed with COM {start:g}",
                           "final return", paired=True)]
     if f"resume_{higher:g}" in set(tables.scores.grid.astype(str)):
-        conditions.append(greater(resumed(higher, higher), resumed(higher, start), f"COM {higher:g} kept",
-                                  f"lowered to COM {start:g}", f"final return from a COM-{higher:g} start", paired=True))
+        conditions.append(greater(tables.final(grid=f"plateau_{higher:g}"), resumed(higher, start),
+                                  f"COM {higher:g} at the switch", f"lowered to COM {start:g}",
+                                  f"final return from a COM-{higher:g} start", paired=True))
     return conditions, [Path(out_dir) / "resume_all" / "analysis" / "curves.png"]
 
 
 def claim_5(out_dir):
     """Stagnation Fig. 9, runner recipes.sh.
 
-    SCALE=small: base 8 envs x 128 steps, 32 minibatches, lr 3e-4; scaled to 128 envs (k = 16); every run 1M
-    environment steps, 5 seeds (until 2026-11-27: base 32 envs, k = 4, 100 iterations each, so the scaled runs saw 4x
-    the samples; 3 seeds). Conditions, at the largest N_envs of the grid, on the final return:
+    SCALE=small: base 8 envs x 128 steps, 8 minibatches of 128, lr 3e-4; scaled to 128 envs (k = 16); every run 1M
+    environment steps, 5 seeds (until 2026-11-27: base 32 envs with 32 minibatches, k = 4, 100 iterations each, so
+    the scaled runs saw 4x the samples; 3 seeds). Conditions, at the largest N_envs of the grid, on the final return:
     1. more-minibatches ends higher than bigger-minibatch (same lr);
-    2. bigger-minibatch degrades: it ends lower than the base config (the smallest N_envs; at SCALE=small after as
-       many environment steps, at the other scales after as many iterations)."""
+    2. bigger-minibatch degrades: it ends lower than the base config (the smallest N_envs). At SCALE=small after as
+       many environment steps, where bigger-minibatch also takes k times fewer minibatch steps (the recipe's own
+       effect at a fixed budget); at the other scales after as many iterations, where the scaled runs see k times
+       the samples."""
     tables = Tables(Path(out_dir) / "recipes" / "analysis")
     base, most = numeric(tables, "num-envs")[0], numeric(tables, "num-envs")[-1]
     more = tables.final(**{"num-envs": most, "scaling-recipe": "more-minibatches"})
@@ -441,49 +423,65 @@ def claim_5(out_dir):
 def claim_6(out_dir):
     """Stagnation Fig. 8, runner ddr_budgets.sh.
 
-    SCALE=small (fixed 2026-11-27, before any run): 64 envs x 128 steps and 32 minibatches held, the DDR varied
-    apart from N_envs through the epochs 1, 2, 4, 8; budgets of 250k and 1M steps; 5 seeds. A run's score is its final
-    return (the mean over its last 10%): the paper's is the maximum solve rate, which on an evaluation set is a
-    steady number; the maximum of noisy training returns rewards noise, and gymnax runs here have no evaluation.
-    Conditions (the paper: "performance suffers at both ends of the DDR spectrum" and "as we increase the training
-    budget, we should increase the DDR"):
-    1. per budget, the score peaks inside the DDR range: the quadratic coefficient of score ~ log DDR over the runs
-       (least squares) is negative, its interval by t;
-    2. the optimum moves to a higher DDR with the budget: the config with the best mean score has a higher mean DDR
-       at the largest budget than at the smallest (log ratio > 0; its interval from 2,000 resamplings of each
-       config's seeds).
-    Until 2026-11-27: the best return (the maximum), N_envs 16 and 64 x epochs 2, 8 x minibatches 8, 32, 2 seeds, and
-    condition 1 a rank correlation rho(DDR, best) > 0 per budget, a monotone relation the paper does not claim."""
+    SCALE=small (fixed 2026-11-27, before any run): 64 envs x 128 steps, 8 epochs x 32 minibatches held, the DDR
+    varied apart from N_envs through PPO's clip epsilon 0.05, 0.2, 0.8; budgets of 200k and 800k steps; 5 seeds. A
+    run's score is its final return (the mean over its last 10%): the paper's is the maximum solve rate, which on an
+    evaluation set is a steady number; the maximum of noisy training returns rewards noise, and gymnax runs here have
+    no evaluation. Conditions (the paper: "performance suffers at both ends of the DDR spectrum" and "as we increase
+    the training budget, we should increase the DDR"):
+    1-4. per budget, the score peaks inside the DDR range: the configs ordered by their mean DDR, the second lowest
+       ends higher than the lowest and the second highest higher than the highest (Welch; the order is the DDR's,
+       not the score's, so nothing is picked by its result);
+    5. the optimum moves to a higher DDR with the budget: the config with the best mean final return at the largest
+       budget has a higher DDR than the one best at the smallest, both DDRs read at the largest budget (a config's
+       measured DDR drifts with the budget, so the same winner is a shift of 0); log ratio > 0, its interval from
+       2,000 resamplings of each config's seeds.
+    Its figure (ddr.png) plots each run's best return against its DDR, as the paper's does; the conditions read the
+    final return. Until 2026-11-27: the best return (the maximum), N_envs 16 and 64 x epochs 2, 8 x minibatches 8, 32, budgets 250k
+    and 1M, 2 seeds, per budget a rank correlation rho(DDR, best) > 0 (a monotone relation the paper does not claim),
+    and the two winners' DDRs each read at its own budget."""
     tables = Tables(Path(out_dir) / "ddr" / "analysis")
-    rows = tables.scores.assign(budget=pd.to_numeric(tables.scores["total-timesteps"]))
-    conditions = [concave(np.log(group.ddr.to_numpy()), group.final.to_numpy(),
-                          f"budget {budget:.3g}: the final return peaks inside the DDR range (quadratic in log DDR)",
-                          f"over {len(group)} runs, DDR {group.ddr.min():.3g} to {group.ddr.max():.3g}")
-                  for budget, group in rows.groupby("budget")]
-
-    # per budget, the (config, mean DDR) of the config with the highest mean final return; resampled: each config's
-    # seeds drawn again with replacement (vectorised over the 2,000 resamplings)
-    groups = {key: g for key, g in rows.groupby(["budget", "config"])}
-    budgets = sorted({budget for budget, _ in groups})
-    small, large = budgets[0], budgets[-1]
+    rows = tables.scores.assign(budget=pd.to_numeric(tables.scores["total-timesteps"]),
+                                # a config across budgets: its label without the budget
+                                setting=tables.scores.config.str.replace(r"total-timesteps=\S+ ?", "", regex=True).str.strip())
+    conditions = []
+    for budget, group in rows.groupby("budget"):  # the score at each end of the DDR range against its neighbour's
+        order = group.groupby("setting").ddr.mean().sort_values()
+        ends = [(order.index[1], order.index[0], "rises at the low end"), (order.index[-2], order.index[-1], "falls at the high end")]
+        for inner, end, how in ends if len(order) >= 3 else []:
+            conditions.append(greater(group[group.setting == inner].final, group[group.setting == end].final,
+                                      f"{inner} (DDR {order[inner]:.3g})", f"{end} (DDR {order[end]:.3g})",
+                                      f"budget {budget:.3g}, the final return {how} of the DDR range"))
+        if len(order) < 3:
+            fail(f"claim 6: budget {budget:.3g} has {len(order)} configs; a peak inside the DDR range needs 3 or more")
+    # the optimum's shift: the config with the best mean final return at each budget, both winners' DDR read at the
+    # largest budget (a config's measured DDR drifts with the budget: the same winner is a shift of 0); resampled:
+    # each config's seeds drawn again with replacement (vectorised over 2,000 resamplings)
+    rows = rows[np.isfinite(rows.ddr) & np.isfinite(rows.final)]
+    small, large = rows.budget.min(), rows.budget.max()
+    settings = sorted(set(rows[rows.budget == small].setting) & set(rows[rows.budget == large].setting))
     rng = np.random.default_rng(0)
 
-    def optimum(budget, draws=None):
-        keys = [key for key in groups if key[0] == budget]
-        ddr, final = [], []
-        for key in keys:
-            values = groups[key][["ddr", "final"]].to_numpy()
+    def means(budget, draws):  # (settings, draws) mean DDR and final return of each config's (resampled) seeds
+        out = []
+        for setting in settings:
+            values = rows[(rows.budget == budget) & (rows.setting == setting)][["ddr", "final"]].to_numpy()
             picked = values[None] if draws is None else values[rng.integers(0, len(values), (draws, len(values)))]
-            ddr.append(picked[..., 0].mean(-1))
-            final.append(picked[..., 1].mean(-1))
-        best = np.argmax(np.stack(final), axis=0)  # per resampling
-        return [keys[i][1] for i in best], np.stack(ddr)[best, np.arange(len(best))]
+            out.append(picked.mean(-2))
+        return np.stack(out)[..., 0], np.stack(out)[..., 1]
 
-    (c_small,), (d_small,) = optimum(small)
-    (c_large,), (d_large,) = optimum(large)
-    shifts = np.log(optimum(large, 2000)[1] / optimum(small, 2000)[1])
-    conditions.append(resampled(np.log(d_large / d_small), shifts, "the best config's DDR rises with the budget: log ratio > 0",
-                                f"budget {small:.3g}: {c_small}, DDR {d_small:.4g}; budget {large:.3g}: {c_large}, DDR {d_large:.4g}",
+    def shift(draws=None):
+        (_, final_small), (ddr_large, final_large) = means(small, draws), means(large, draws)
+        columns = np.arange(ddr_large.shape[1])
+        winner_small, winner_large = final_small.argmax(0), final_large.argmax(0)
+        return winner_small, winner_large, np.log(ddr_large[winner_large, columns] / ddr_large[winner_small, columns])
+
+    (w_small,), (w_large,), (estimate,) = shift()
+    ddr_large = means(large, None)[0][:, 0]
+    conditions.append(resampled(estimate, shift(2000)[2],
+                                "the best config moves to a higher DDR with the budget: log ratio > 0",
+                                f"best at {small:.3g}: {settings[w_small]}; at {large:.3g}: {settings[w_large]}; their DDR at "
+                                f"{large:.3g}: {ddr_large[w_small]:.4g} and {ddr_large[w_large]:.4g}",
                                 f"{rows.groupby(['budget', 'config']).size().min()}+ seeds a config"))
     return conditions, [Path(out_dir) / "ddr" / "analysis" / "ddr.png"]
 
@@ -616,7 +614,7 @@ CLAIMS = {
         "SCALE=small bash benchmark/runners/stag_fig3a_resume.sh", claim_4),
     5: ("stagnation paper, Fig. 9", "scaling N_envs with more-minibatches does better than bigger-minibatch (same lr), which "
         "degrades", "SCALE=small bash benchmark/runners/recipes.sh", claim_5),
-    6: ("stagnation paper, Fig. 8", "the score peaks inside the DDR range, and the best DDR rises with the budget",
+    6: ("stagnation paper, Fig. 8", "the score peaks inside the DDR range, and the best config's DDR rises with the budget",
         "SCALE=small bash benchmark/runners/ddr_budgets.sh", claim_6),
     7: ("data-collection paper, Fig. 1a",
         "at a fixed budget and a fixed batch, more envs with shorter rollouts beat fewer envs with longer rollouts",

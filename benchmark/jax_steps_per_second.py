@@ -6,7 +6,8 @@ morphologies, same auto-reset) at the same --num-envs, timed after compilation; 
 the script from a temporary directory for --iterations iterations (no evaluation) and time every
 iteration from the wall times of its TensorBoard events, the first (compilation) dropped. Also
 reports the time from launch to the first logged iteration (mostly compilation). With --num-seeds K after --, the
-training steps/s are summed over the K seeds one process trains.
+training steps/s are summed over the K seeds one process trains (the ratio is one seed's training against the random
+actions of one seed's envs).
 
     python benchmark/jax_steps_per_second.py --env-size m --num-envs 512 --num-steps 32 --repeats 3
     python benchmark/jax_steps_per_second.py --env-id ant --num-envs 256 --num-steps 10 --repeats 3
@@ -85,7 +86,8 @@ def main():
         raw = random_action_sps(module, args, opts.scans)
         train, first = train_sps(flags, opts.iterations, batch)
         train *= seeds  # summed over the seeds one process trains (--num-seeds after --)
-        return {"raw_sps": raw, "train_sps": train, "ratio": train / raw, "first_iteration_s": first}
+        # the ratio per seed: the random-action rate is of one seed's envs
+        return {"raw_sps": raw, "train_sps": train, "ratio": train / seeds / raw, "first_iteration_s": first}
 
     def describe(r):
         return (f"random actions {r['raw_sps']:,.0f} steps/s, training {r['train_sps']:,.0f} steps/s, "

@@ -261,9 +261,17 @@ def expand(opts, grid):
     for env_id, seed, values in itertools.product(opts.env_ids or [None], opts.seeds, parsed):
         flags, args = parsed[values]
         args = dataclasses.replace(args, seed=seed, **({field_of(opts.env_flag): env_id} if env_id is not None else {}))
+        # a pack's checkpoint (--num-seeds K) resumes only as a pack of K again: its runs are checked as the pack runs
+        resume = getattr(args, "resume", None) if opts.script in PACKABLE else None
+        held = checkpoint_seeds(Path(resume)) if resume and Path(resume).is_file() else 1
+        if held > 1 and opts.seeds_per_process != held:
+            fail(f"--resume {resume} holds {held} seeds (a pack's checkpoint): launch them with --seeds-per-process {held}")
+        as_run = dataclasses.replace(args, num_seeds=held) if held > 1 else args
         if opts.iterations and not opts.fixed_budget and "total_timesteps" in fields:
-            args.total_timesteps = opts.iterations * batch_size(opts.script, args)
-        probe = resolved_copy(opts.script, args)  # the script's own bad-input rules, for this env and seed
+            args.total_timesteps = as_run.total_timesteps = opts.iterations * batch_size(opts.script, as_run)
+        probe = resolved_copy(opts.script, as_run)  # the script's own bad-input rules, for this env and seed
+        if held > 1:
+            probe.num_seeds = args.num_seeds  # a run is one seed's; its pack's --num-seeds is the launcher's
         resolved, digest = identity(opts.script, probe)
         shown = {**flags, **{s: "on" for s in switches}}
         name = run_name(opts.script, field_of(opts.env_flag), env_id, seed, resolved, digest)
@@ -753,7 +761,9 @@ def build_parser():
                              "transitions; 1: a process a run); each keeps its own run directory")
     parser.add_argument("--retries", type=int, default=0, help="re-runs of a failed run (bad input, exit 2, is never retried)")
     parser.add_argument("--dry-run", action="store_true", help="check the grid and print the commands only")
-    parser.add_argument("--print-checkpoints", action="store_true", help="print each run's newest checkpoint (or -) and stop")
+    parser.add_argument("--print-checkpoints", action="store_true",
+                        help="print each run's newest checkpoint, a tab and the seeds it holds (or -, 0) and stop: a pack's one "
+                             "checkpoint is in its first seed's run, the others print -, 0")
     parser.add_argument("--slurm", action="store_true", help="submit as a Slurm job array through submitit")
     parser.add_argument("--no-wait", action="store_true", help="with --slurm: return once the array is submitted")
     parser.add_argument("--slurm-cluster", default=None, help="submitit cluster: slurm (default), local or debug")
@@ -822,7 +832,8 @@ def main(argv=None):
         return {"runs": len(runs)}
     if opts.print_checkpoints:
         for run in runs:
-            print(newest_checkpoint(run_dir(opts, run)) or "-")
+            checkpoint = newest_checkpoint(run_dir(opts, run))
+            print(f"{checkpoint}\t{checkpoint_seeds(checkpoint)}" if checkpoint else "-\t0")
         return {"runs": len(runs)}
     register(opts, runs)
     todo = [run for run in runs if status(opts, run) != "done"]

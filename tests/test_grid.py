@@ -698,10 +698,12 @@ def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
 # checkpoints: a DRY_RUN lists the plateau runs only, gpu's two starting COMs); the task each scale's runs must name
 SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 6, "noisy_sgd.sh": 5 * (1 + 2),
                "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 5, "recipes.sh": 5 * (1 + 2),
-               "ddr_budgets.sh": 2 * 4 * 5}
+               "ddr_budgets.sh": 2 * 3 * 5}
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
                                                 "atari10_epochs.sh": 2 * 10 * 6, "stag_fig3a_resume.sh": 2 * 5,
                                                 "recipes.sh": 3 * (1 + 2), "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}}
+GPU_PACKS = {("gpu", "com_eps.sh"): (3, "# seeds 1..5 in one process"),
+             ("gpu", "atari10_nenvs.sh"): (2 * 7, "# seeds 1..10 in one process")}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR, ("gpu", "atari"): MINATAR,
@@ -715,6 +717,9 @@ def test_reduced_scale_grids(tmp_path, scale, runner):
     assert result.returncode == 0, result.stderr[-3000:]
     lines = {line for line in result.stdout.splitlines() if line.startswith("(cd ")}
     assert len(lines) == REDUCED_GRIDS[scale][runner]
+    if (scale, runner) in GPU_PACKS:  # SCALE=gpu's sizes assume its packs: one process per config of 5 (10) seeds
+        packs = {line for line in result.stdout.splitlines() if line.startswith("# seeds ")}
+        assert len(packs) == GPU_PACKS[scale, runner][0] and all(GPU_PACKS[scale, runner][1] in p for p in packs)
     if runner != "noisy_sgd.sh":
         kind = "atari" if runner.startswith("atari10") else "coverage" if runner.startswith("coverage") else "stag"
         task = REDUCED_TASK.get((scale, kind), REDUCED_TASK[scale, "atari"])
@@ -787,6 +792,26 @@ def test_smoke_runner_runs_its_grid_and_analysis(tmp_path):
     # nor in a DRY_RUN, whose grids one launcher process checks at the end (launch.py --each)
     bad = run_runner("noisy_sgd.sh", tmp_path, DRY_RUN="1", LAUNCH_FLAGS="--workers 0")
     assert bad.returncode == 1 and bad.stderr.count("exited 2 (continuing)") == 2, bad.stderr
+
+
+def test_a_packed_plateau_is_resumed_as_one_pack(tmp_path, capsys):
+    """stag_fig3a_resume.sh: the plateau's seeds train in one process, whose one checkpoint (in the first seed's run)
+    holds them all; each new COM resumes them from it as one pack, every seed going on from its own last step."""
+    result = run_runner("stag_fig3a_resume.sh", tmp_path, SMOKE="1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("4 runs: 0 already done, 4 to run in 2 processes") == 1  # 2 seeds x COM 1, 16
+    runs = pd.read_csv(tmp_path / "out" / "resume_all" / "analysis" / "runs.csv")
+    steps = runs.assign(grid=runs.run.str.split("/").str[0]).groupby(["grid", "seed"]).x.agg(["min", "max", "count"])
+    assert set(steps.index) == {(g, s) for g in ("plateau_1", "resume_1") for s in (1, 2)}
+    for seed in (1, 2):
+        assert steps.loc[("resume_1", seed), "min"] > steps.loc[("plateau_1", seed), "max"]
+    # a pack's checkpoint resumed by another number of seeds a process is refused before anything runs
+    checkpoint = next((tmp_path / "store").glob("*__s1__*/runs/*/checkpoints/iter_3.npz"))
+    with pytest.raises(SystemExit) as stopped:
+        launch.main(["--script", "ppo_ewma_jax", "--seeds", "1", "2", "--out-dir", str(tmp_path / "again"), "--dry-run",
+                     "--", "--env-id", "CartPole-v1", "--num-envs", "16", "--num-steps", "16", "--num-minibatches", "4",
+                     "--total-timesteps", "1536", "--resume", str(checkpoint)])
+    assert stopped.value.code == 2 and "holds 2 seeds (a pack's checkpoint)" in capsys.readouterr().err
 
 
 def test_grid_of_a_jax_script(tmp_path):

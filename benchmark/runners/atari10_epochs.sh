@@ -2,7 +2,7 @@
 # Data-collection Fig. 1c: update epochs (the default 4, x2, x4) against a batch grown through N_envs (8, 16, 32 envs
 # at 128 steps) or through rollout length (8 envs at 256, 512 steps); Atari-10, 5 seeds, 100M steps per run.
 # The factors are this project's reading (the text lost them).
-# 100M env steps per run is SPEC's protocol; the rebuttal also compares across gradient steps (analyze --x-unit iterations).
+# 100M env steps per run is the data-collection paper's protocol; the rebuttal also compares across gradient steps (analyze --x-unit iterations).
 # Claim 9 of benchmark/reproduce.md.
 #
 # SCALE=small (fixed before its runs; benchmark/claims.py holds the conditions): ppo_ewma_jax.py (PPO) on MinAtar

@@ -5,7 +5,7 @@
 #   grow (Fig. 1b): the batch grown from 8 x 128 through N_envs (16, 32, 64 envs at 128 steps) against through rollout
 #   length (8 envs at 256, 512, 1024 steps); the N_envs arm also runs 1, 2 and 4 envs (this project's range).
 # The x2/x4/x8 factors are this project's reading (the text lost them).
-# 100M env steps per run is SPEC's protocol; the rebuttal also compares across gradient steps (analyze --x-unit iterations).
+# 100M env steps per run is the data-collection paper's protocol; the rebuttal also compares across gradient steps (analyze --x-unit iterations).
 # Claims 7 (Fig. 1a), 8 (Fig. 1b) and 10 (Fig. 3, the dynamics/ metrics of the grow grid) of benchmark/reproduce.md.
 #
 # SCALE=small (fixed before its runs; benchmark/claims.py holds the conditions): ppo_ewma_jax.py (PPO) on MinAtar

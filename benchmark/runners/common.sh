@@ -4,8 +4,8 @@
 #   RUN_STORE     where runs live, shared by every runner so a run that several figures need runs once
 #                 (default: store/ beside OUT_DIR, i.e. grids/store)
 #   SCALE         the size of the grids: paper (default: the papers' sizes), small (what a 2-core CPU carries, 40
-#                 minutes per claim aimed at, up to about 70; benchmark/reproduce.md), gpu (about one GPU-hour per
-#                 runner, sized from assumed throughputs) or smoke (SMOKE=1)
+#                 minutes per claim aimed at, up to about 70; benchmark/reproduce.md), gpu (one GPU; claims 2-4
+#                 and 7-10 sized from measured throughputs, below) or smoke (SMOKE=1)
 #   SMOKE=1       the same grids at a tiny size, minutes on a CPU (2 local workers unless LAUNCH_FLAGS says), analysis included
 #   PUBLISH       a folder (e.g. benchmark/reproduce) where the runner's claim verdicts are copied with their figures
 #   DRY_RUN=1     check the grids and print the commands only
@@ -75,11 +75,12 @@ MINATAR_PPO=(--hidden-size 256 --num-layers 2 --activation relu --learning-rate 
 #   stagnation claims 2-4: ppo_ewma_jax.py on Kinetix locomotion size m at Table 2 (2048 envs x 256 steps, 8 x 32),
 #   5 seeds in one process (STAG_GPU_FLAGS): 723k steps/s over the 5 (1 seed alone: 291k; 16,384 envs: 886k, so two
 #   packs at once gain at most 1.2x), first iteration after ~52 s; 1,000 iterations of 5 seeds = 3,626 s + 52 s,
-#   61 GPU-minutes a config.
+#   61 GPU-minutes a config. Measured with plain PPO, one iteration a call; evaluation (every 10) not costed.
 #   data-collection claims 7-10: ppo_ewma_jax.py on MinAtar (ReLU 2 x 256, 4 epochs x 4 minibatches), 10 seeds in one
 #   process (MINATAR_GPU_FLAGS): an iteration of the 10 takes ~17.5 ms of minibatch steps (4.4 ms per epoch) plus
 #   0.052 ms per rollout step (from 8 x 128: 24.2 ms, 32 x 32: 19.2 ms an iteration), ~40 s fixed (start-up and
-#   compilation) a process; 10M steps a seed. These runs leave the GPU mostly idle: 4 share it (--workers 4).
+#   compilation) a process; 10M steps a seed; one pair of runs each, so +-30%. These runs leave the GPU mostly idle:
+#   4 share it (--workers 4).
 STAG_GPU_SEEDS="1 2 3 4 5"; STAG_GPU_ITER=1000
 MINATAR_GPU_SEEDS="1 2 3 4 5 6 7 8 9 10"; MINATAR_GPU_BUDGET=10000000
 STAG_GPU_FLAGS="--seeds-per-process 5"  # the launcher packs seeds only within 262,144 transitions an iteration
@@ -126,7 +127,8 @@ launch() {
         || { echo "runner: grid $name: launch exited $? (continuing)" >&2; FAILED=1; }
 }
 
-# checkpoint_of <grid name> <launcher flags...> -- <grid flags...>: the newest checkpoint of each run of that grid (or -)
+# checkpoint_of <grid name> <launcher flags...> -- <grid flags...>: per run of that grid, its newest checkpoint, a tab and
+# the number of seeds it holds ("-", 0 where none: a pack's runs after its first, whose checkpoint holds them all)
 checkpoint_of() {
     local name="$1"; shift
     "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" --print-checkpoints "$@"

@@ -2,21 +2,24 @@
 # Stagnation Fig. 8: the Data-to-Divergence Ratio against the best solve rate, for several compute budgets (one
 # colour per budget and config in the plot), over data per update (N_envs) and update sizes (epochs x minibatches);
 # PPO on Kinetix locomotion, 3 seeds. The grid and budgets are this project's choice.
-# Claim 6 of benchmark/reproduce.md (claims.py: the score peaks inside the DDR range, and the best config's DDR rises
-# with the budget). SCALE=small (fixed 2026-11-27, before any run): SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's
-# task, 64 envs x 128 steps and Table 2's 32 minibatches held), the DDR varied apart from N_envs through the epochs 1,
-# 2, 4, 8, budgets 250k and 1M steps, 5 seeds. About 50 minutes on 2 workers (arithmetic: com_eps.sh's 6.4 min a
-# 1M-step run at 8 epochs, a quarter of it taken to be the rollout's; not yet timed). Until 2026-11-27: N_envs 16, 64
-# x epochs 2, 8 x minibatches 8, 32, 2 seeds. SCALE=gpu (not re-sized, 2026-11-25's estimate): Kinetix locomotion at Table 2's 256 steps, 2 seeds,
-# N_envs 512 and 2048 x epochs 2, 8 x minibatches 8, 32, budgets 10M and 40M steps, the solve rate evaluated every 2
-# iterations (a 2048-env run of 10M steps has 19).
+# Claim 6 of benchmark/reproduce.md (claims.py: the score rises with the DDR at its low end and falls at its high end,
+# and the best config moves to a higher DDR with the budget). SCALE=small (fixed 2026-11-27, before any run):
+# SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's task: 64 envs x 128 steps, 8 epochs x 32 minibatches held), the DDR
+# varied apart from N_envs through PPO's clip epsilon 0.05, 0.2, 0.8 (an outer-loop step size, stagnation Table 1;
+# chosen to reach both ends: claim 2's earlier runs found epsilon 0.8 plateau low), budgets 200k and 800k steps,
+# 5 seeds. About 50-70 minutes on 2 workers (15 seed-runs of 1M steps' worth at com_eps.sh's 6.4-9.2 min each;
+# not yet timed). Until 2026-11-27: N_envs 16, 64 x epochs 2, 8 x minibatches 8, 32, budgets 250k and 1M, 2 seeds.
+# SCALE=gpu (not re-sized, 2026-11-25's estimate): Kinetix locomotion at Table 2's 256 steps, 2 seeds, N_envs 512 and
+# 2048 x epochs 2, 8 x minibatches 8, 32, budgets 10M and 40M steps, the solve rate evaluated every 2 iterations (a
+# 2048-env run of 10M steps has 19).
 source "$(dirname "$0")/common.sh"
 supports small gpu
+CLIPS="0.2"; XFLAG=num-envs  # PPO's clip epsilon (Table 2's 0.2) and the flag the analysis groups by
 if smoke; then
     SEEDS="1"; ENV=(--env-id CartPole-v1 --num-steps 16); NENVS="8"; EPOCHS="1 4"; MB="2 4"; BUDGETS="1024 2048"
 elif [[ "$SCALE" == small ]]; then
-    SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar --num-steps 128); NENVS="64"; EPOCHS="1 2 4 8"; MB="32"
-    BUDGETS="250000 1000000"
+    SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar --num-steps 128); NENVS="64"; EPOCHS="8"; MB="32"
+    CLIPS="0.05 0.2 0.8"; XFLAG=clip-coef; BUDGETS="200000 800000"
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="1 2"; ENV=(--env-id locomotion --num-steps 256 --eval-every 2); NENVS="512 2048"; EPOCHS="2 8"; MB="8 32"
     BUDGETS="10000000 40000000"
@@ -26,7 +29,7 @@ else
 fi
 for budget in $BUDGETS; do
     launch ddr --script ppo_ewma_jax --seeds $SEEDS --fixed-budget --total-timesteps $budget -- "${ENV[@]}" \
-        --num-envs $NENVS --update-epochs $EPOCHS --num-minibatches $MB
+        --num-envs $NENVS --update-epochs $EPOCHS --num-minibatches $MB --clip-coef $CLIPS
 done
-analyze ddr --ddr --x-flag num-envs $(return_tag)
+analyze ddr --ddr --x-flag $XFLAG $(return_tag)
 if reduced; then claim 6; fi

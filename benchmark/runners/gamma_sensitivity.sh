@@ -2,7 +2,7 @@
 # Data-collection §5.3, Fig. 12: do Fig. 1b's gains hold across discount factors? gamma in {0.95, 0.99, 0.995}
 # (this project's choice) x the batch grown through N_envs (8, 16, 32 envs at 128 steps) or rollout length
 # (8 envs at 256, 512 steps); Atari-10, 5 seeds, 100M steps.
-# 100M env steps per run is SPEC's protocol; the rebuttal also compares across gradient steps (analyze --x-unit iterations).
+# 100M env steps per run is the data-collection paper's protocol; the rebuttal also compares across gradient steps (analyze --x-unit iterations).
 source "$(dirname "$0")/common.sh"
 if smoke; then
     GAMES="Breakout-v5"; SEEDS="1 2"; BUDGET=2048; GAMMAS="0.95 0.99"; NENVS="2 4"; STEPS=16; BASE_ENVS=2; ROLLOUTS=32

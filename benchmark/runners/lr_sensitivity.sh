@@ -2,7 +2,7 @@
 # Data-collection §5.3, Fig. 11: is the gain from more envs an artefact of the learning rate? N_envs = 8 k
 # (k = 1, 2, 4) at 128 steps under three rules for the learning rate: the default 2.5e-4 kept, x sqrt(k) and x k
 # (Hilton et al.'s); one grid per rule (k = 1 is one run shared by all three), compared in one analysis (lr_rules).
-# Atari-10, 5 seeds, 100M env steps per run (as SPEC's protocol; the rebuttal compares across gradient steps too).
+# Atari-10, 5 seeds, 100M env steps per run (the data-collection paper's protocol; the rebuttal compares across gradient steps too).
 # The k values are this project's choice.
 source "$(dirname "$0")/common.sh"
 if smoke; then

@@ -3,14 +3,15 @@
 # lr 3e-4) to 2x-16x the envs, PPO on Kinetix locomotion (ppo_ewma_jax.py), 5 seeds, solve rate; the base runs once.
 # hybrid (b = 2) starts at 2x: a = k / b must be a whole number of times the base minibatches.
 # Claim 5 of benchmark/reproduce.md. SCALE=small (fixed 2026-11-27, before any run): SpaceInvaders-MinAtar at
-# Table 2 (STAG_SMALL's hyper-parameters), 5 seeds, every run 1M environment steps (equal steps, so a scaled run does
-# k times fewer iterations), base 8 envs x 128 steps with 32 minibatches (of 32 transitions; Table 2's are of 16,384),
-# scaled k = 16 to 128 envs by more-minibatches (512 minibatches of 32) and by bigger-minibatch (32 of 512); the base
-# runs once. About 30-40 minutes on 2 workers (arithmetic, not yet timed: the base and more-minibatches each do 250k
-# minibatch steps of 32 a seed, bigger-minibatch 15.6k of 512). Until 2026-11-27: 3 seeds, 100 iterations each (the
-# scaled runs saw 4x the samples), base 32 envs, k = 4, the base run under both recipes. SCALE=gpu (not re-sized,
-# 2026-11-25's estimate): Kinetix locomotion at Table 2, 3 seeds, 80 iterations, base 1024 envs x 256 steps with 32
-# minibatches, scaled to 4096 envs the same two ways.
+# Table 2 (STAG_SMALL's hyper-parameters, 8 epochs), 5 seeds, every run 1M environment steps (equal steps: a scaled
+# run does k times fewer iterations, and bigger-minibatch k times fewer minibatch steps), base 8 envs x 128 steps
+# with 8 minibatches of 128 (Table 2: 32 of 16,384; 8 keep the base's and more-minibatches' 62.5k minibatch steps a
+# seed near com_eps.sh's 31k), scaled k = 16 to 128 envs by more-minibatches (128 minibatches of 128) and by
+# bigger-minibatch (8 of 2,048); the base runs once. Not yet timed (about 1-2 x com_eps.sh's time by the count of
+# minibatch steps). Until 2026-11-27: 3 seeds, 100 iterations each (the scaled runs saw 4x the samples), base 32
+# envs, k = 4, the base run under both recipes. SCALE=gpu (not re-sized, 2026-11-25's estimate): Kinetix locomotion
+# at Table 2, 3 seeds, 80 iterations, base 1024 envs x 256 steps with 32 minibatches, scaled to 4096 envs the same
+# two ways.
 source "$(dirname "$0")/common.sh"
 supports small gpu
 RECIPES="more-minibatches bigger-minibatch bigger-minibatch-sqrt-lr"
@@ -18,7 +19,7 @@ if smoke; then
     SEEDS="1"; ENV=(--env-id CartPole-v1); BASE=16; NENVS="32 64"; HYBRID="32 64"; BUDGET=(--iterations 4); STEPS=16
     MB=4
 elif [[ "$SCALE" == small ]]; then
-    SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar); BASE=8; NENVS="128"; HYBRID=""; STEPS=128; MB=32
+    SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar); BASE=8; NENVS="128"; HYBRID=""; STEPS=128; MB=8
     RECIPES="more-minibatches bigger-minibatch"; BUDGET=(--fixed-budget --total-timesteps 1000000)
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="1 2 3"; ENV=(--env-id locomotion); BASE=1024; NENVS="4096"; HYBRID=""; BUDGET=(--iterations 80); STEPS=256

@@ -9,9 +9,9 @@
 # COM-256 start resumed with COM 4) does not fit this scale's hour. About 48 minutes (15 runs of 1M steps at
 # com_eps.sh's measured 6.4 min a run on each of 2 workers, AMD EPYC, 2026-11-25). SCALE=gpu (fixed 2026-11-27,
 # before any run): Kinetix locomotion at Table 2, 5 seeds, COM 8 and COM 256 for 500 iterations each (seeds 1-5 in one
-# process), each seed resumed with COM 8 and 256 to 1000 (both arms of Fig. 3a: raising and lowering); 2 plateau packs
-# x 30.5 GPU-minutes + 20 resumes (one seed each, 291k steps/s) x 15 GPU-minutes = 6.0 GPU-hours on an H200
-# (common.sh's measured rates).
+# process), the seeds resumed as one process with COM 8 and 256 to 1000 (both arms of Fig. 3a: raising and lowering);
+# 6 packs (2 plateaus, 4 resumes) x 31.1 GPU-minutes (500 x 5 x 524,288 steps at 723k steps/s + 52 s) = 3.1
+# GPU-hours on an H200 (common.sh's measured rates).
 source "$(dirname "$0")/common.sh"
 supports small gpu
 if smoke; then
@@ -29,18 +29,23 @@ fi
 for start in $STARTS; do
     WAIT=1 launch "plateau_$start" --script ppo_ewma_jax --seeds $SEEDS --iterations $PLATEAU --save-every $PLATEAU \
         -- "${ENV[@]}" --ewma-com "$start"
-    # each seed's newest checkpoint, one line per seed in the order of $SEEDS (the launcher's run order)
+    # per seed, in the order of $SEEDS (the launcher's run order): its newest checkpoint and the seeds it holds; a
+    # packed plateau (--num-seeds) left one checkpoint of all its seeds in its first seed's run, and those seeds
+    # resume from it as one pack again
     mapfile -t ckpts < <(checkpoint_of "plateau_$start" --script ppo_ewma_jax --seeds $SEEDS --iterations $PLATEAU -- \
         "${ENV[@]}" --ewma-com "$start")
-    i=0
-    for seed in $SEEDS; do
-        ckpt="${ckpts[i++]:-}"
-        if [[ "$ckpt" == - || -z "$ckpt" ]]; then
-            dry_run && echo "(after plateau_$start) resume seed $seed with --ewma-com $COMS from its checkpoint" && continue
-            echo "runner: no checkpoint of the plateau_$start run of seed $seed; its resumes are skipped" >&2; FAILED=1; continue
+    seeds=($SEEDS); i=0
+    while (( i < ${#seeds[@]} )); do
+        IFS=$'\t' read -r ckpt held <<< "${ckpts[i]:-$'-\t0'}"
+        if [[ "$ckpt" == - ]]; then
+            dry_run && echo "(after plateau_$start) resume seed ${seeds[i]} with --ewma-com $COMS from its checkpoint"
+            dry_run || { echo "runner: no checkpoint of the plateau_$start run of seed ${seeds[i]}; its resumes are skipped" >&2
+                         FAILED=1; }
+            i=$((i + 1)); continue
         fi
-        launch "resume_$start" --script ppo_ewma_jax --seeds "$seed" --iterations $TOTAL -- "${ENV[@]}" --ewma-com $COMS \
-            --resume "$(realpath "$ckpt")"
+        launch "resume_$start" --script ppo_ewma_jax --seeds "${seeds[@]:i:held}" --seeds-per-process "$held" \
+            --iterations $TOTAL -- "${ENV[@]}" --ewma-com $COMS --resume "$(realpath "$ckpt")"
+        i=$((i + held))
     done
 done
 grids=""; for start in $STARTS; do grids+=" plateau_$start resume_$start"; done
