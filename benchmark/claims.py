@@ -531,6 +531,8 @@ def claim_8(out_dir):
     tables = Tables(Path(out_dir) / "grow" / "analysis")
     rows = tables.scores.assign(n=pd.to_numeric(tables.scores["num-envs"]), t=pd.to_numeric(tables.scores["num-steps"]))
     base_t = int(rows.t.min())
+    if not (rows.t > base_t).any():
+        fail(f"claim 8: {tables.folder} has no run longer than {base_t} steps (the rollout-length arm): run the runner")
     base_n = int(rows[rows.t > base_t].n.min())  # the rollout arm's envs: the default's 8
     conditions = []
     for env in by_game(tables):
@@ -582,7 +584,8 @@ def claim_10(out_dir):
     tables = Tables(Path(out_dir) / "grow" / "analysis")
     rows = tables.scores.assign(n=pd.to_numeric(tables.scores["num-envs"]), t=pd.to_numeric(tables.scores["num-steps"]))
     base_t = rows.t.min()
-    few = rows[rows.t > base_t].n.min()  # the rollout arm's envs: the default's 8
+    # the rollout arm's envs, the default's 8 (a grid without that arm: its fewest envs at the base rollout)
+    few = rows[rows.t > base_t].n.min() if (rows.t > base_t).any() else rows.n.min()
     most = rows[rows.t == base_t].n.max()
     conditions = []
     for env in by_game(tables):
