@@ -236,6 +236,13 @@ def test_claims_7_8_10_compare_against_the_default_8_envs_at_the_papers_scale(tm
     data = claims.main(["8", str(tmp_path / "rollouts")])
     assert data["verdict"] == "mixed"
     assert [c["outcome"] for c in data["conditions"][:3]] == ["contradicted", "supported", "contradicted"]
+    # a grow grid with its N_envs arm only (SCALE=small's rerun of 2026-11-27): claim 10 reads it, claim 8 refuses
+    data_collection_grid(tmp_path / "n_arm", "grow", [(n, 128, 4) for n in (8, 16, 32)], lambda n, t, e: 0.0, fig3)
+    data = claims.main(["10", str(tmp_path / "n_arm")])
+    assert "32 envs 32" in data["conditions"][0]["numbers"] and "8 envs 8" in data["conditions"][0]["numbers"]
+    with pytest.raises(SystemExit) as refused:
+        claims.main(["8", str(tmp_path / "n_arm")])
+    assert refused.value.code == 2
 
 
 def test_claim_9_epochs_hurt_at_few_envs_and_more_envs_recover_them(tmp_path):
