@@ -669,17 +669,18 @@ def plot_heatmap(scores, rows_flag, cols_flag, ylabel, path):
 
 
 def plot_ddr(scores, order, tag, path):
-    """Each run's median Data-to-Divergence Ratio against its best value of `tag` (stagnation Fig. 8),
-    coloured by config."""
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    """Each run's median Data-to-Divergence Ratio against its best value of `tag` (stagnation Fig. 8) and against
+    its final value (what benchmark/claims.py's claim 6 reads), coloured by config."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
     colours = plt.cm.tab20(np.arange(len(order)) % 20) if len(order) > 10 else [None] * len(order)  # 10 repeat
-    for config, colour in zip(order, colours):
-        s = scores[(scores.config == config) & scores.ddr.notna()]
-        if len(s):
-            ax.scatter(s.ddr, s.best, label=config, s=18, color=colour)
-    ax.set_xscale("log")
-    ax.set(xlabel="median DDR (transitions per unit KL)", ylabel=f"best {tag}")
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the points, never over them
+    for ax, score in zip(axes, ("best", "final")):
+        for config, colour in zip(order, colours):
+            s = scores[(scores.config == config) & scores.ddr.notna()]
+            if len(s):
+                ax.scatter(s.ddr, s[score], label=config, s=18, color=colour)
+        ax.set_xscale("log")
+        ax.set(xlabel="median DDR (transitions per unit KL)", ylabel=f"{score} {tag}")
+    axes[-1].legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the points, never over them
     save(fig, path)
 
 
@@ -711,7 +712,7 @@ def build_parser():
     parser.add_argument("--heatmap", nargs=2, metavar=("ROWS", "COLS"), default=["ewma-com", "clip-coef"])
     parser.add_argument("--best-of", metavar="FLAG", help="per config, keep only the value of FLAG with the best mean final "
                         "score (stagnation Fig. 4: the better of annealing on/off per learning rate; chosen on the same runs)")
-    parser.add_argument("--ddr", action="store_true", help="read charts/ddr and plot the median DDR against the best score")
+    parser.add_argument("--ddr", action="store_true", help="read charts/ddr and plot the median DDR against the best and the final score")
     parser.add_argument("--no-dynamics", action="store_true", help="skip the dynamics/ tags")
     parser.add_argument("--coverage", action="store_true", help="the coverage metric and Fig. 2 (App. B.7) from the "
                         "states the runs saved (their --coverage-samples)")
@@ -873,7 +874,7 @@ def main(argv=None):
         figures[f"{opts.heatmap[0]} x {opts.heatmap[1]}"] = "heatmap.png"
     if opts.ddr and scores.ddr.notna().any():
         plot_ddr(scores, order, tag, out / "ddr.png")
-        figures["DDR against the best score"] = "ddr.png"
+        figures["DDR against the best and the final score"] = "ddr.png"
     coverage_table = None
     if not coverage.empty:
         write(coverage, "coverage")

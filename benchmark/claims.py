@@ -640,11 +640,14 @@ def report(number, out_dir, scale="small"):
     Tables.read = []
     conditions, drawn = check(out_dir)
     result = label(decide(conditions))
-    counts = ", ".join(f"{[c.outcome for c in conditions].count(o)} {o}" for o in OUTCOMES)
+    tally = lambda outcomes: ", ".join(f"{outcomes.count(o)} {o}" for o in OUTCOMES)
+    premises = [c.outcome for c in conditions if c.premise]  # a premise counts for no label: tallied apart
+    counts = tally([c.outcome for c in conditions if not c.premise]) + (f"; premises: {tally(premises)}" if premises else "")
     level = conditions[0].stats.level if conditions else 1 - ALPHA
     lines = [f"### Claim {number} ({source}): {result.upper()} ({counts})\n", f"{claim}.\n", f"Command: `{command}`\n",
              f"Intervals at {100 * level:.4g}% (Bonferroni: {100 * (1 - ALPHA):g}% over the claim's {len(conditions)} "
-             f"conditions); MDE: the smallest true difference found with probability {POWER:g} at that level.\n",
+             f"conditions{', premises included' if premises else ''}); MDE: the smallest true difference found with "
+             f"probability {POWER:g} at that level.\n",
              "| condition | outcome | estimate [interval] | effect size | MDE (n) | numbers |", "|---|---|---|---|---|---|"]
 
     def cell(text):  # ||x|| inside a markdown table

@@ -311,6 +311,8 @@ def test_claims_2_and_3_weak_regularisation_plateaus_lower_with_large_updates(tm
     data = claims.main(["3", str(tmp_path / "com_eps")])
     assert data["verdict"] == "undecided" and [c["outcome"] for c in data["conditions"]] == ["contradicted"] + ["undecided"] * 3
     assert data["conditions"][0]["premise"] and "premise" in data["conditions"][1]["note"]
+    heading = (tmp_path / "com_eps" / "claim_3.md").read_text().splitlines()[0]  # the premise tallied apart
+    assert heading.endswith("UNDECIDED (0 supported, 0 contradicted, 3 undecided; premises: 0 supported, 1 contradicted, 0 undecided)")
     # and where COM 4 keeps its entropy, every comparison is read
     shutil.rmtree(tmp_path / "com_eps" / "com_eps" / "analysis_entropy")
     stagnation_grid(tmp_path / "com_eps" / "com_eps" / "analysis_entropy", coms, lambda c: 0.0,
