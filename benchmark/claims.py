@@ -367,12 +367,12 @@ def claim_3(out_dir):
 def claim_4(out_dir):
     """Stagnation Fig. 3a, runner stag_fig3a_resume.sh (its comparison resume_all).
 
-    SCALE=small: COM 4 for 122 iterations, then each seed resumed with COM 4 (control) and 256 to 244. SCALE=gpu and
-    paper: also the lowering arm, a COM-256 start resumed with the low COM (control: COM 256 kept). Conditions,
-    paired by seed (both arms resume one seed's checkpoint; paired since 2026-11-27):
-    1. raising the COM resumes improvement: the resumed COM-256 runs end higher than the COM-4 runs did at the
+    SCALE=small: COM 8 for 122 iterations (COM 4 until 2026-11-27), then each seed resumed with COM 8 (control) and
+    256 to 244. SCALE=gpu and paper: also the lowering arm, a COM-256 start resumed with the low COM (control: COM 256
+    kept). Conditions, paired by seed (both arms resume one seed's checkpoint; paired since 2026-11-27):
+    1. raising the COM resumes improvement: the resumed COM-256 runs end higher than the low-COM runs did at the
        plateau (the final return of the first 122 iterations);
-    2. and higher than the control that kept COM 4;
+    2. and higher than the control that kept the low COM;
     3. (where the lowering arm ran; added 2026-11-27, before any run of it) lowering the COM drops performance: the
        high-COM runs at the switch (their plateau grid's final return) end higher than the same seeds resumed with the
        low COM (not "the control that kept the high COM ends higher", which a lowered run that merely stops improving
