@@ -23,7 +23,7 @@ kept apart: each is its own config.
   downsampled curves (a tidy table);
 - figures (PNG): learning curves with CI bands, the final statistic against --x-flag, the
   `dynamics/` tags per env (mean and 95% CI over seeds), the --heatmap of two flags, DDR against the
-  best score coloured by config, all with legends in order of value; `report.md` puts the tables,
+  best and the final score coloured by config, all with legends in order of value; `report.md` puts the tables,
   the number of runs per config and env, the missing and failed runs and the figures on one page;
 - with --coverage, the coverage metric of the data-collection paper (App. B.7, Fig. 2) from the states the
   scripts save every --coverage-every iterations (`runs/<run>/coverage.bin`, --coverage-samples): per env, one

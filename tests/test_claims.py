@@ -150,7 +150,7 @@ def test_claim_1_reproduced_partly_and_not(tmp_path):
     assert "distance at the switch (steps 900-1000) 0.9800, final 0.1400" in data["conditions"][4]["numbers"]
     assert json.loads((tmp_path / "yes" / "claim_1.json").read_text())["verdict"] == "reproduced"
     published = tmp_path / "pub" / "claim_1"
-    assert (published / "verdict.md").read_text().startswith("### Claim 1 (stagnation paper, Fig. 1b / 2a / 3b): REPRODUCED (6 supported")
+    assert (published / "verdict.md").read_text().startswith("### Claim 1 (stagnation paper, Fig. 1b / 2a / 3b): REPRODUCED (6 supported, 0 contradicted, 0 undecided)\n")
     # the per-seed tables behind it, as analyze.py wrote them
     pd.testing.assert_frame_equal(pd.read_csv(published / "switch_scores.csv.gz"),
                                   pd.read_csv(tmp_path / "yes" / "switch" / "analysis" / "scores.csv"), rtol=1e-5,
@@ -319,6 +319,8 @@ def test_claims_2_and_3_weak_regularisation_plateaus_lower_with_large_updates(tm
                     lambda c: {"losses/entropy": lambda x: 1.8 - x / 875})
     data = claims.main(["3", str(tmp_path / "com_eps")])
     assert data["verdict"] == "reproduced" and len(data["conditions"]) == 4
+    assert (tmp_path / "com_eps" / "claim_3.md").read_text().startswith(
+        "### Claim 3 (stagnation paper, Fig. 2b-c): REPRODUCED (3 supported, 0 contradicted, 0 undecided; premises: 1 supported")
     assert numbers(data["conditions"][1]["numbers"])[:4] == pytest.approx([4, 0.25, 256, 1 / 256], abs=0.01)
 
 
