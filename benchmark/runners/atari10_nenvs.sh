@@ -12,8 +12,9 @@
 # Breakout and SpaceInvaders (gymnax), 5 seeds, 1M steps per run; CleanRL's Atari PPO settings (lr 2.5e-4 annealed,
 # gamma 0.99, lambda 0.95, 4 epochs x 4 minibatches, clip 0.1, entropy 0.01) with an MLP of 2 x 256 ReLU units in
 # place of the Nature CNN (ReLU as the paper's networks: a tanh unit is seldom dormant); fixed_batch 8 x 128, 16 x 64,
-# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. About 42 minutes on 2 CPU cores (2 workers): 25 measured
-# at 3 seeds (AMD EPYC, 2026-11-24), times 5 / 3. Until 2026-11-27: 3 seeds, tanh units.
+# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. About 97 minutes on 2 CPU cores (2 workers, AMD EPYC,
+# 2026-11-27: 75 for fixed_batch and the N_envs arm, partly beside other work, 22 alone for the rollout arm), over
+# the hour aimed at. Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
 # steps): SCALE=small's games, configs and flags with 10 seeds (in one process) and 10M steps a run. GPU time, one
 # process at a time (common.sh's measured H200 rates), per game: fixed_batch 8 x 128 236 s, 16 x 64 203 s,
