@@ -9,7 +9,8 @@
 # Breakout and SpaceInvaders, 5 seeds, 1M steps per run, the settings of atari10_nenvs.sh's SCALE=small (ReLU units);
 # epochs 4 and 8 at 8 and 16 envs x 128 steps and at 8 envs x 256 steps. About an hour on 2 CPU cores (2 workers)
 # after atari10_nenvs.sh, whose 4-epoch runs it shares: its 30M steps of 8-epoch runs in packs of 5 seeds at about
-# 5k steps/s each on Breakout, two at a time (AMD EPYC, 2026-11-27; not yet timed whole). Until 2026-11-27: 3 seeds, tanh units.
+# 5k steps/s each on Breakout, two at a time (AMD EPYC, 2026-11-27; not yet timed whole).
+# Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
 # steps): SCALE=small's games, configs and flags with 10 seeds (in one process) and 10M steps a run. GPU time, one
 # process at a time (common.sh's measured H200 rates), per game: 8 epochs (~35 ms of minibatch steps an iteration)

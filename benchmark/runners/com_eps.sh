@@ -8,8 +8,8 @@
 # no-collapse premise decides whether its runs test the claims. The analyses of losses/approx_kl and the actor's
 # losses/grad_norm_actor and charts/update_norm_actor feed claim 3 (Fig. 2b-c), that of losses/entropy the premise
 # of claims 2 and 3 (the lowest COM's policy has not collapsed). About 53 minutes on 2 workers
-# (AMD EPYC, 2026-11-27: its last 5.9M steps alone in 21 min, 3 and 2 seeds to a process). SCALE=gpu (fixed 2026-11-27, before any
-# run): Kinetix locomotion at Table 2, seeds 1-5 in one process, COM 8, 32, 256 at epsilon 0.2, 1000 iterations (524M
+# (AMD EPYC, 2026-11-27: its last 5.9M steps alone in 21 min, 3 and 2 seeds to a process). SCALE=gpu (fixed
+# 2026-11-27, before any run): Kinetix locomotion at Table 2, seeds 1-5 in one process, COM 8, 32, 256 at epsilon 0.2, 1000 iterations (524M
 # steps a run); 3 configs x 61 GPU-minutes = 3.1 GPU-hours on an H200 (common.sh's measured rates).
 source "$(dirname "$0")/common.sh"
 supports small gpu

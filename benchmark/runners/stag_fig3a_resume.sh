@@ -10,8 +10,8 @@
 # 2026-11-27: seeds 1-3 from COM 4, whose policy collapsed; COM 8 was chosen then, before any run of this claim at it,
 # after claim 3's runs had found no COM-8 seed collapsed at the end (three recovered from a collapse mid-run). 34.5
 # minutes after com_eps.sh (two packs of 5 seeds x 1M steps, 2.45k steps/s each, AMD EPYC, 2026-11-27), 68 without
-# it. SCALE=gpu (fixed 2026-11-27, before any run): Kinetix locomotion at Table 2, 5 seeds, COM 8 and COM 256 for 500 iterations each (seeds 1-5 in one
-# process), the seeds resumed as one process with COM 8 and 256 to 1000 (both arms of Fig. 3a: raising and lowering);
+# it. SCALE=gpu (fixed 2026-11-27, before any run): Kinetix locomotion at Table 2, 5 seeds, COM 8 and COM 256 for 500
+# iterations each (seeds 1-5 in one process), the seeds resumed as one process with COM 8 and 256 to 1000 (both arms of Fig. 3a: raising and lowering);
 # 6 packs (2 plateaus, 4 resumes) x 31.1 GPU-minutes (500 x 5 x 524,288 steps at 723k steps/s + 52 s) = 3.1
 # GPU-hours on an H200 (common.sh's measured rates).
 source "$(dirname "$0")/common.sh"

@@ -3,7 +3,8 @@
 # iterations; too large an epsilon plateaus early. The epsilon values are this project's choice.
 # Claim 2 of benchmark/reproduce.md, with com_eps.sh's grid (run that runner first, with the same OUT_DIR's parent:
 # claim 2 reads grids/com_eps and grids/stag_fig5b_eps, their returns and their policies' entropy). SCALE=small: STAG_SMALL (common.sh), seeds 6-10 (1-5
-# until 2026-11-27: a rerun on fresh seeds), epsilon 0.1, 0.2, 0.8. 48.5 minutes alone on 2 workers (AMD EPYC, 2026-11-27, seeds 3 and 2 to a process). SCALE=gpu:
+# until 2026-11-27: a rerun on fresh seeds), epsilon 0.1, 0.2, 0.8.
+# 48.5 minutes alone on 2 workers (AMD EPYC, 2026-11-27, seeds 3 and 2 to a process). SCALE=gpu:
 # Kinetix locomotion at Table 2, seeds 1-5 in one process, epsilon 0.1, 0.2, 0.8, 1000 iterations (524M steps a run;
 # fixed 2026-11-27, before any run); 3 configs x 61 GPU-minutes = 3.1 GPU-hours on an H200 (common.sh's measured rates).
 source "$(dirname "$0")/common.sh"
