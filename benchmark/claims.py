@@ -408,10 +408,11 @@ def claim_5(out_dir):
     environment steps, 5 seeds (until 2026-11-27: base 32 envs with 32 minibatches, k = 4, 100 iterations each, so
     the scaled runs saw 4x the samples; 3 seeds). Conditions, at the largest N_envs of the grid, on the final return:
     1. more-minibatches ends higher than bigger-minibatch (same lr);
-    2. bigger-minibatch degrades: it ends lower than the base config (the smallest N_envs). At SCALE=small after as
-       many environment steps, where bigger-minibatch also takes k times fewer minibatch steps (the recipe's own
-       effect at a fixed budget); at the other scales after as many iterations, where the scaled runs see k times
-       the samples."""
+    2. bigger-minibatch degrades: it ends lower than the base config (the smallest N_envs). At SCALE=small and gpu
+       after as many environment steps, where bigger-minibatch also takes k times fewer minibatch steps (the recipe's
+       own effect at a fixed budget); at paper scale after as many iterations (Fig. 9's), where the scaled runs see k
+       times the samples. SCALE=gpu (fixed 2026-11-27, before any run): Kinetix locomotion, base 2048 envs x 256
+       steps with 32 minibatches, k = 16, 2^29 steps every run, 5 seeds."""
     tables = Tables(Path(out_dir) / "recipes" / "analysis")
     base, most = numeric(tables, "num-envs")[0], numeric(tables, "num-envs")[-1]
     more = tables.final(**{"num-envs": most, "scaling-recipe": "more-minibatches"})
@@ -427,10 +428,11 @@ def claim_6(out_dir):
     """Stagnation Fig. 8, runner ddr_budgets.sh.
 
     SCALE=small (fixed 2026-11-27, before any run): 64 envs x 128 steps, 8 epochs x 32 minibatches held, the DDR
-    varied apart from N_envs through PPO's clip epsilon 0.05, 0.2, 0.8; budgets of 200k and 800k steps; 5 seeds. A
-    run's score is its final return (the mean over its last 10%): the paper's is the maximum solve rate, which on an
-    evaluation set is a steady number; the maximum of noisy training returns rewards noise, and gymnax runs here have
-    no evaluation. Conditions (the paper: "performance suffers at both ends of the DDR spectrum" and "as we increase
+    varied apart from N_envs through PPO's clip epsilon 0.05, 0.2, 0.8; budgets of 200k and 800k steps; 5 seeds
+    (SCALE=gpu, fixed later that day before any run: the same on Kinetix locomotion at Table 2's 2048 x 256, budgets
+    2^27 and 2^29 steps). A run's score is its final return (the mean over its last 10%; on Kinetix the evaluation's
+    solve rate): the paper's is the maximum solve rate, which on an evaluation set is a steady number; the maximum of
+    noisy training returns rewards noise, and gymnax runs here have no evaluation. Conditions (the paper: "performance suffers at both ends of the DDR spectrum" and "as we increase
     the training budget, we should increase the DDR"):
     1-4. per budget, the score peaks inside the DDR range: the configs ordered by their mean DDR, the second lowest
        ends higher than the lowest and the second highest higher than the highest (Welch; the order is the DDR's,

@@ -700,10 +700,11 @@ SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 6, "n
                "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 5, "recipes.sh": 5 * (1 + 2),
                "ddr_budgets.sh": 2 * 3 * 5}
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
-                                                "atari10_epochs.sh": 2 * 10 * 6, "stag_fig3a_resume.sh": 2 * 5,
-                                                "recipes.sh": 3 * (1 + 2), "ddr_budgets.sh": 2 * 2 * 2 * 2 * 2}}
+                                                "atari10_epochs.sh": 2 * 10 * 6, "stag_fig3a_resume.sh": 2 * 5}}
 GPU_PACKS = {("gpu", "com_eps.sh"): (3, "# seeds 1..5 in one process"),
-             ("gpu", "atari10_nenvs.sh"): (2 * 7, "# seeds 1..10 in one process")}
+             ("gpu", "atari10_nenvs.sh"): (2 * 7, "# seeds 1..10 in one process"),
+             ("gpu", "recipes.sh"): (1, "# seeds 1..5 in one process"),  # the base; a scaled run is a process alone
+             ("gpu", "ddr_budgets.sh"): (2 * 3, "# seeds 1..5 in one process")}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR, ("gpu", "atari"): MINATAR,

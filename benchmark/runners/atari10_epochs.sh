@@ -7,9 +7,9 @@
 #
 # SCALE=small (fixed before its runs; benchmark/claims.py holds the conditions): ppo_ewma_jax.py (PPO) on MinAtar
 # Breakout and SpaceInvaders, 5 seeds, 1M steps per run, the settings of atari10_nenvs.sh's SCALE=small (ReLU units);
-# epochs 4 and 8 at 8 and 16 envs x 128 steps and at 8 envs x 256 steps. About an hour on 2 CPU cores (2 workers)
-# after atari10_nenvs.sh, whose 4-epoch runs it shares: its 30M steps of 8-epoch runs in packs of 5 seeds at about
-# 5k steps/s each on Breakout, two at a time (AMD EPYC, 2026-11-27; not yet timed whole).
+# epochs 4 and 8 at 8 and 16 envs x 128 steps and at 8 envs x 256 steps. 61 minutes on 2 CPU cores (2 workers, AMD
+# EPYC, 2026-11-27: 27.6 stopped by SIGTERM, then 33.4 resumed) after atari10_nenvs.sh, whose 4-epoch runs it shares:
+# its 30M steps of 8-epoch runs in packs of 5 seeds, two at a time.
 # Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
 # steps): SCALE=small's games, configs and flags with 10 seeds (in one process) and 10M steps a run. GPU time, one

@@ -68,7 +68,7 @@ MINATAR_GAMES="Breakout-MinAtar SpaceInvaders-MinAtar"
 MINATAR_PPO=(--hidden-size 256 --num-layers 2 --activation relu --learning-rate 2.5e-4 --anneal-lr --gamma 0.99
              --gae-lambda 0.95 --num-minibatches 4 --clip-coef 0.1)
 
-# SCALE=gpu (claims 2-4 and 7-10; not yet re-sized: 5, 6 and the other runners with gpu settings), sized from
+# SCALE=gpu (claims 2-10; not yet re-sized: the runners outside the claims with gpu settings), sized from
 # throughputs measured on an H200 (2026-11-27, benchmark/results/h200_2026-11-27, `PARTS="sizing locomotion" bash
 # benchmark/gpu_check.sh`); each runner states its GPU-hours as arithmetic from these, one process at a time,
 # evaluation left out:

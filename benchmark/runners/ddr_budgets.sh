@@ -9,9 +9,12 @@
 # chosen to reach both ends: claim 2's earlier runs found epsilon 0.8 plateau low), budgets 200k and 800k steps,
 # 5 seeds. About 50-70 minutes on 2 workers (15 seed-runs of 1M steps' worth at com_eps.sh's 6.4-9.2 min each;
 # not yet timed). Until 2026-11-27: N_envs 16, 64 x epochs 2, 8 x minibatches 8, 32, budgets 250k and 1M, 2 seeds.
-# SCALE=gpu (not re-sized, 2026-11-25's estimate): Kinetix locomotion at Table 2's 256 steps, 2 seeds, N_envs 512 and
-# 2048 x epochs 2, 8 x minibatches 8, 32, budgets 10M and 40M steps, the solve rate evaluated every 2 iterations (a
-# 2048-env run of 10M steps has 19).
+# SCALE=gpu (fixed 2026-11-27 later, before any run; until then 2026-11-25's unsized N_envs 512 and 2048 x epochs 2, 8 x
+# minibatches 8, 32, budgets 10M and 40M, 2 seeds): SCALE=small's design on Kinetix locomotion at Table 2 (2048 envs x
+# 256 steps, 8 epochs x 32 minibatches held), clip epsilon 0.05, 0.2, 0.8, budgets 2^27 and 2^29 steps (256 and 1,024
+# iterations), 5 seeds in one process, the score the evaluation's solve rate (every 10 iterations). GPU time on an
+# H200 (common.sh's rates): per epsilon 5 x (2^27 + 2^29) steps at 723k steps/s = 4,641 s + 2 x 52 s; 3 x 4,745 s =
+# 3.95 GPU-hours, evaluation not costed.
 source "$(dirname "$0")/common.sh"
 supports small gpu
 CLIPS="0.2"; XFLAG=num-envs  # PPO's clip epsilon (Table 2's 0.2) and the flag the analysis groups by
@@ -21,8 +24,9 @@ elif [[ "$SCALE" == small ]]; then
     SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar --num-steps 128); NENVS="64"; EPOCHS="8"; MB="32"
     CLIPS="0.05 0.2 0.8"; XFLAG=clip-coef; BUDGETS="200000 800000"
 elif [[ "$SCALE" == gpu ]]; then
-    SEEDS="1 2"; ENV=(--env-id locomotion --num-steps 256 --eval-every 2); NENVS="512 2048"; EPOCHS="2 8"; MB="8 32"
-    BUDGETS="10000000 40000000"
+    SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion --num-steps 256); NENVS="2048"; EPOCHS="8"; MB="32"
+    CLIPS="0.05 0.2 0.8"; XFLAG=clip-coef; BUDGETS="134217728 536870912"
+    gpu_defaults $STAG_GPU_FLAGS
 else
     SEEDS="1 2 3"; ENV=(--env-id locomotion); NENVS="512 2048 8192"; EPOCHS="2 8 32"; MB="8 32 128"
     BUDGETS="100000000 500000000 2000000000"

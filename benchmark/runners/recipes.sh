@@ -9,12 +9,16 @@
 # seed near com_eps.sh's 31k), scaled k = 16 to 128 envs by more-minibatches (128 minibatches of 128) and by
 # bigger-minibatch (8 of 2,048); the base runs once. Not yet timed (about 1-2 x com_eps.sh's time by the count of
 # minibatch steps). Until 2026-11-27: 3 seeds, 100 iterations each (the scaled runs saw 4x the samples), base 32
-# envs, k = 4, the base run under both recipes. SCALE=gpu (not re-sized, 2026-11-25's estimate): Kinetix locomotion
-# at Table 2, 3 seeds, 80 iterations, base 1024 envs x 256 steps with 32 minibatches, scaled to 4096 envs the same
-# two ways.
+# envs, k = 4, the base run under both recipes. SCALE=gpu (fixed 2026-11-27 later, before any run; until then
+# 2026-11-25's unsized 1024 -> 4096 envs, 80 iterations, 3 seeds): Kinetix locomotion at Table 2, 5 seeds, every run 2^29 =
+# 536,870,912 steps (the base's 1,024 iterations), base 2048 envs x 256 steps with 32 minibatches, k = 16 to 32,768
+# envs (64 iterations) by more-minibatches (512 of 16,384) and bigger-minibatch (32 of 262,144). GPU time on an H200
+# (common.sh's rates): the base as one 5-seed process at 723k steps/s, 3,713 s + 52 s; each scaled run alone (8.4M
+# transitions an iteration) at 16,384 envs' 886k steps/s, 606 s + 58 s, x 5 seeds x 2 recipes = 6,640 s; 2.9
+# GPU-hours. Unmeasured: the rate and the memory at 32,768 envs (the rollout, 8.4M transitions, on the device).
 source "$(dirname "$0")/common.sh"
 supports small gpu
-RECIPES="more-minibatches bigger-minibatch bigger-minibatch-sqrt-lr"
+RECIPES="more-minibatches bigger-minibatch bigger-minibatch-sqrt-lr"; BASE_PACK=()
 if smoke; then
     SEEDS="1"; ENV=(--env-id CartPole-v1); BASE=16; NENVS="32 64"; HYBRID="32 64"; BUDGET=(--iterations 4); STEPS=16
     MB=4
@@ -22,9 +26,9 @@ elif [[ "$SCALE" == small ]]; then
     SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar); BASE=8; NENVS="128"; HYBRID=""; STEPS=128; MB=8
     RECIPES="more-minibatches bigger-minibatch"; BUDGET=(--fixed-budget --total-timesteps 1000000)
 elif [[ "$SCALE" == gpu ]]; then
-    SEEDS="1 2 3"; ENV=(--env-id locomotion); BASE=1024; NENVS="4096"; HYBRID=""; BUDGET=(--iterations 80); STEPS=256
-    MB=32
-    RECIPES="more-minibatches bigger-minibatch"
+    SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); BASE=2048; NENVS="32768"; HYBRID=""; STEPS=256; MB=32
+    RECIPES="more-minibatches bigger-minibatch"; BUDGET=(--fixed-budget --total-timesteps 536870912)
+    BASE_PACK=($STAG_GPU_FLAGS)  # the base's 5 seeds in one process; a scaled run's batch is a process alone
 else
     SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); BASE=2048; NENVS="4096 8192 16384 32768"; HYBRID="$NENVS"
     BUDGET=(--iterations 1000); STEPS=256; MB=32
@@ -32,7 +36,7 @@ fi
 COMMON=(--script ppo_ewma_jax --seeds $SEEDS "${BUDGET[@]}")
 SHARED=("${ENV[@]}" --num-steps $STEPS --base-num-envs $BASE --base-num-minibatches $MB)
 # the base runs once: at N_envs = base every recipe is the base config (claims.py reads it as bigger-minibatch's)
-launch recipes "${COMMON[@]}" -- "${SHARED[@]}" --num-envs $BASE --scaling-recipe bigger-minibatch
+launch recipes "${COMMON[@]}" "${BASE_PACK[@]}" -- "${SHARED[@]}" --num-envs $BASE --scaling-recipe bigger-minibatch
 launch recipes "${COMMON[@]}" -- "${SHARED[@]}" --num-envs $NENVS --scaling-recipe $RECIPES
 if [[ -n "$HYBRID" ]]; then
     launch recipes "${COMMON[@]}" -- "${SHARED[@]}" --num-envs $HYBRID --scaling-recipe hybrid --hybrid-minibatch-factor 2
