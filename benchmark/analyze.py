@@ -80,7 +80,7 @@ TRAIN_SECONDS = "charts/train_seconds"  # the training clock the JAX scripts log
 IQM_STATISTICS = ("iqm", "mean", "median", "optimality_gap")
 # Args fields never part of a config: the run's env and seed, and what cannot change results (launch.NON_IDENTITY)
 NOT_CONFIG = {"seed", "exp_name", "save_every", "track", "wandb_project_name", "wandb_entity", "resume", "coverage_samples",
-              "coverage_every", "fuse_iterations", "unroll", "compile_cache"}
+              "coverage_every", "fuse_iterations", "unroll", "compile_cache", "compile", "cudagraphs"}
 DYNAMICS = "dynamics/"
 COVERAGE = "coverage/cvg"
 

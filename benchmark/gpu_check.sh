@@ -8,6 +8,10 @@
 #   locomotion  jax_steps_per_second.py: Kinetix locomotion size m at Table 2 (2,048 x 256) and at 16,384 envs
 #   sfl         sfl_steps_per_second.py first-update: ppo_kinetix_sfl.py --model mlp, size s, Table 3's 2,048 preset
 #   smoke       cuda_smoke.sh: every GPU script (torch and JAX) a few iterations on CUDA
+#   torch       the torch scripts compiled: cuda_smoke.sh's --compile --cudagraphs runs of the four, then
+#               vs_reference.py --bench ppo_atari --steady at TORCH_ENVS (default 8) envs x 128 steps, 8 iterations a
+#               budget: CleanRL's script, the project's eager and, as --variant, compiled with CUDA graphs (CLEANRL: a
+#               CleanRL checkout; on the machine without a network, envpool and tensordict come in the kit's wheels)
 #   sizing      what SCALE=gpu's grids are sized from: run_seconds.py, whole processes of ppo_ewma_jax.py on
 #               Breakout-MinAtar with 10 seeds packed (the atari10 runners' configs 8 x 128, 32 x 32, 32 x 128), and
 #               jax_steps_per_second.py on locomotion at Table 2 with 5 seeds packed (the stagnation runners')
@@ -75,7 +79,15 @@ for p in ${PARTS:-device minatar locomotion sfl smoke}; do
         --num-minibatches 32 --update-epochs 8 --num-seeds 5 ;;
     smoke)
       part cuda_smoke "${LIMIT_S:-600}" bash cuda_smoke.sh "$OUT_DIR/cuda_smoke_runs" ;;
-    *) echo "gpu_check: unknown part $p (device, minatar, locomotion, sizing, sfl, smoke)" >&2; exit 2 ;;
+    torch)
+      ONLY="ppo_atari_envpool_compiled pqn_atari_compiled ppo_rnd_compiled ppo_procgen_envpool_compiled" \
+        part cuda_smoke_compiled "${LIMIT_S:-600}" bash cuda_smoke.sh "$OUT_DIR/cuda_smoke_compiled_runs"
+      for envs in ${TORCH_ENVS:-8}; do
+        part "torch_ppo_atari_$envs" "${LIMIT_S:-600}" "$PY" vs_reference.py --reference "${CLEANRL:?CLEANRL: a CleanRL checkout}" \
+          --bench ppo_atari --num-envs "$envs" --total-timesteps $((envs * 128 * 8)) --steady --pairs "$PAIRS" \
+          --variant="--compile --cudagraphs" --json "$OUT_DIR/torch_ppo_atari_$envs.json"
+      done ;;
+    *) echo "gpu_check: unknown part $p (device, minatar, locomotion, sizing, sfl, smoke, torch)" >&2; exit 2 ;;
   esac
 done
 exit $failed

@@ -83,7 +83,7 @@ from benchmark.common import load_script  # noqa: E402
 # (nor the process layout of a run that spans several processes: the scripts train alike on any device split)
 NON_IDENTITY = ("save_every", "keep_checkpoints", "track", "wandb_project_name", "wandb_entity", "distributed", "coordinator_address",
                 "num_processes", "process_id", "coverage_samples", "coverage_every", "fuse_iterations", "unroll",
-                "compile_cache")
+                "compile_cache", "compile", "cudagraphs")
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
 PACKABLE = ("ppo_ewma_jax",)  # scripts whose --num-seeds trains seeds --seed.. in one process, a run each
 PACK_SEEDS, PACK_TRANSITIONS = 8, 262_144  # --seeds-per-process 0: up to 8 seeds, up to 262,144 transitions an iteration

@@ -10,9 +10,14 @@ iterations that compute them against those that do not.
     python benchmark/steps_per_second.py --script ppo_atari_envpool --against a3e64c8   # before/after, side by side
 
 --against REV also trains the script as it was at git revision REV, in the same repeat right after
-the current one, and reports the ratio of the two training rates.
+the current one, and reports the ratio of the two training rates. --variant FLAGS likewise trains the current
+script with FLAGS added, e.g. --variant=--compile: the compiled script beside the eager one (its first iteration,
+which compiles, is dropped as every run's is; charts/first_iteration_seconds has its time).
+
+    python benchmark/steps_per_second.py --script ppo_atari_envpool --iterations 11 --variant=--compile
 """
 import argparse
+import shlex
 import tempfile
 import time
 
@@ -65,6 +70,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--raw-calls", type=int, default=0, help="env.step calls for the raw rate (0 = ~20k steps)")
     parser.add_argument("--against", metavar="REV", help="also time the script as it was at this git revision")
+    parser.add_argument("--variant", metavar="FLAGS", help="also time the script with these flags added (e.g. --compile)")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
     opts = parser.parse_args()
@@ -72,8 +78,9 @@ def main():
     calls = opts.raw_calls or max(100, 20000 // opts.num_envs)
 
     earlier = script_at(opts.script, opts.against, tempfile.mkdtemp()) if opts.against else None
-    train = lambda source=None: train_sps(opts.script, opts.env_id, opts.num_envs, opts.num_steps, opts.iterations,
-                                          opts.dynamics_every, opts.extra, source)
+    variant = shlex.split(opts.variant) if opts.variant else None
+    train = lambda source=None, extra=(): train_sps(opts.script, opts.env_id, opts.num_envs, opts.num_steps,
+                                                    opts.iterations, opts.dynamics_every, [*opts.extra, *extra], source)
 
     def measure():
         raw = raw_env_sps(module, opts.env_id, opts.num_envs, calls)
@@ -82,12 +89,16 @@ def main():
         if earlier:
             row["earlier_sps"] = train(earlier)[0]
             row["speedup"] = sps / row["earlier_sps"]
+        if variant:
+            row["variant_sps"] = train(extra=variant)[0]
+            row["variant_speedup"] = row["variant_sps"] / sps
         return row
 
     def describe(r):
         return (f"raw {r['raw_sps']:,.0f} steps/s, training {r['train_sps']:,.0f} steps/s, ratio {r['ratio']:.3f}, "
                 f"dynamics overhead {100 * r['dynamics_overhead']:.2f}%"
-                + (f"; at {opts.against}: {r['earlier_sps']:,.0f} steps/s, this one x{r['speedup']:.3f}" if earlier else ""))
+                + (f"; at {opts.against}: {r['earlier_sps']:,.0f} steps/s, this one x{r['speedup']:.3f}" if earlier else "")
+                + (f"; with {opts.variant}: {r['variant_sps']:,.0f} steps/s, x{r['variant_speedup']:.3f}" if variant else ""))
 
     repeat_and_report(opts, measure, describe, f"{opts.script}, {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps")
 

@@ -31,12 +31,16 @@ seconds from the project's launch to its first logged iteration and their differ
 e.g. --total-timesteps 512 for CartPole, both sides do the same work before their first result).
 --against REV adds a third side, the project's script as it was at git revision REV with the same flags, to
 every pair (the three take turns going first), and reports the median of (REV seconds / project seconds) too.
+--variant FLAGS adds another side, the project's script with FLAGS added (e.g. --variant="--compile"), and reports
+its ratios to the reference and to the project's plain side. torch.compile's cache (TorchInductor's) is fresh for
+every run, as JAX's is off, unless --steady shares one between all runs (then compilation cancels).
 PureJaxRL's ppo.py has no command line: a driver of this harness imports it, calls make_train(config)
 (the config of its __main__ with the sizes given here and DEBUG off) and waits for the result.
 """
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -193,7 +197,8 @@ def timed_run(argv, workdir, copy_from, cache=None, first=False):
     off unless `cache` names its directory (then on for either side)."""
     shutil.copytree(copy_from, workdir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
-    env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled")
+    # torch.compile's cache: the run's own (cold), or --steady's shared one
+    env.update(PYTHONUNBUFFERED="1", WANDB_MODE="disabled", TORCHINDUCTOR_CACHE_DIR=str(Path(cache or workdir) / "inductor"))
     if cache:  # the project's script caches what compiles in 0.5 s or more: so does the reference here
         env.update(JAX_COMPILATION_CACHE_DIR=str(cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5")
     launched, start = time.time(), time.perf_counter()
@@ -236,6 +241,8 @@ def parse(argv=None):
                         "cache, filled by an uncounted cold run of each side and budget first (their times reported)")
     parser.add_argument("--against", metavar="REV", help="also time the project's script as it was at this git "
                         "revision, in every pair (a before/after of the project's own change, beside the reference)")
+    parser.add_argument("--variant", metavar="FLAGS", help="also time the project's script with these flags added, in "
+                        "every pair (e.g. --variant=--compile)")
     opts = parser.parse_args(argv)
     bench = BENCHES[opts.bench]
     for name in ("env_id", "num_envs", "num_steps", "total_timesteps"):
@@ -244,6 +251,12 @@ def parse(argv=None):
     for name in ("num_envs", "num_steps", "total_timesteps", "obs_norm_init"):
         if getattr(opts, name) < 1:
             fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(opts, name)}")
+    try:
+        opts.variant_flags = shlex.split(opts.variant or "")
+    except ValueError as e:
+        fail(f"--variant {opts.variant!r}: {e}")
+    if opts.variant is not None and not opts.variant_flags:
+        fail("--variant must name flags (got an empty string)")
     if opts.pairs < 3:
         fail(f"--pairs must be at least 3 (a median of per-pair ratios), got {opts.pairs}")
     batch = opts.num_envs * opts.num_steps
@@ -297,6 +310,9 @@ def main(argv=None):
             shutil.copy(opts.against_script, root / "against" / f"{bench.project}.py")
             shutil.rmtree(Path(opts.against_script).parent, ignore_errors=True)
             sides.append("against")
+        if opts.variant_flags:
+            shutil.copytree(root / "project", root / "variant")
+            sides.append("variant")
         budgets = [opts.total_timesteps, 3 * opts.total_timesteps] if opts.steady else [opts.total_timesteps]
         argvs = {}  # (side, budget) -> argv
         for budget in budgets:
@@ -304,13 +320,15 @@ def main(argv=None):
             # a revision from before --compile-cache would refuse the flag (JAX itself keeps it cold, or uses --steady's cache)
             knows = opts.against and "compile_cache" in Path(root / "against" / f"{bench.project}.py").read_text()
             argvs.update({("reference", budget): reference_argv, ("project", budget): project_argv,
-                          ("against", budget): [flag for flag in project_argv if knows or flag != "--no-compile-cache"]})
+                          ("against", budget): [flag for flag in project_argv if knows or flag != "--no-compile-cache"],
+                          ("variant", budget): project_argv + opts.variant_flags})
         machine = describe_machine()
         print(f"{opts.bench}: {opts.env_id}, {opts.num_envs} envs x {opts.num_steps} steps, "
               f"{' and '.join(f'{b:,}' for b in budgets)} steps a run; {machine}\n"
               f"  reference: python {' '.join(argvs['reference', budgets[-1]])}\n"
               f"  project:   python {' '.join(argvs['project', budgets[-1]])}"
-              + (f"\n  against:   the project's script at {opts.against}, the same flags" if opts.against else ""), flush=True)
+              + (f"\n  against:   the project's script at {opts.against}, the same flags" if opts.against else "")
+              + (f"\n  variant:   python {' '.join(argvs['variant', budgets[-1]])}" if opts.variant_flags else ""), flush=True)
         cache = root / "jax_cache" if opts.steady else None
 
         firsts = {}  # side -> seconds from launch to the first logged iteration, of the runs at the last budget
@@ -356,6 +374,15 @@ def main(argv=None):
                 if opts.steady:
                     pair["against_steady_ratio"] = rates["project"] / rates["against"]
                     line += f" (steady x{pair['against_steady_ratio']:.3f})"
+            if opts.variant_flags:
+                var_s = seconds["variant"][budgets[-1]]
+                pair.update(variant_s=var_s, variant_ratio=ref_s / var_s, variant_vs_project=ours_s / var_s)
+                line += f"; variant {var_s:.1f} s, ratio x{ref_s / var_s:.3f} (x{ours_s / var_s:.3f} the project's)"
+                if opts.steady:
+                    pair.update(variant_steady_ratio=rates["variant"] / rates["reference"],
+                                variant_steady_vs_project=rates["variant"] / rates["project"])
+                    line += (f" (steady {rates['variant']:,.0f} steps/s, x{pair['variant_steady_ratio']:.3f}, "
+                             f"x{pair['variant_steady_vs_project']:.3f} the project's)")
             pairs.append(pair)
             print(line, flush=True)
             if opts.json:  # after every pair: a run cut short keeps what it measured
@@ -364,7 +391,10 @@ def main(argv=None):
         for key, what in (("ratio", "reference s / project s"), ("steady_ratio", "project steady steps/s / reference's"),
                           ("first_margin_s", "seconds to the project's first logged iteration - the reference's whole process"),
                           ("against_ratio", f"project at {opts.against} s / project s"),
-                          ("against_steady_ratio", f"project steady steps/s / at {opts.against}")):
+                          ("against_steady_ratio", f"project steady steps/s / at {opts.against}"),
+                          ("variant_ratio", "reference s / variant s"), ("variant_vs_project", "project s / variant s"),
+                          ("variant_steady_ratio", "variant steady steps/s / reference's"),
+                          ("variant_steady_vs_project", "variant steady steps/s / project's")):
             if key in pairs[0]:
                 values = [p[key] for p in pairs]
                 report[f"median_{key}"] = statistics.median(values)

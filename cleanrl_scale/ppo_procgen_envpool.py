@@ -68,6 +68,11 @@ class Args:
     """if toggled, cuda will be enabled when available"""
     torch_threads: int = 0
     """CPU threads for torch (0 = torch's default)"""
+    compile: bool = False
+    """torch.compile the policy step, GAE and the minibatch update, as LeanRL does (the first iteration compiles:
+    charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
+    cudagraphs: bool = False
+    """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanrl-scale"
@@ -243,6 +248,8 @@ def resolve_args(args):
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     if args.target_kl is not None and not args.target_kl > 0:
         raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
+    if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
+        raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
     if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
         raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
     for flag in ("gamma", "gae_lambda"):
@@ -335,7 +342,7 @@ def check_resume(args, state):
 
 
 NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
-                "wandb_entity", "save_model", "eval_every", "eval_episodes", "torch_threads")  # flags that do not change what a run learns
+                "wandb_entity", "save_model", "eval_every", "eval_episodes", "torch_threads", "compile", "cudagraphs")  # flags that do not change what a run learns
 
 
 def changed_flags(args, state):
@@ -731,13 +738,20 @@ def main(args):
     agent = Agent(num_actions, args.separate_encoders).to(device)
     if device.type == "cpu":
         agent.to(memory_format=torch.channels_last)  # halves the conv update's time on CPU (measured)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    # compiled or captured, the learning rate is a tensor that annealing fills in place (LeanRL): a new float each
+    # iteration would recompile the optimizer step
+    compiled = args.compile or args.cudagraphs
+    lr = torch.tensor(args.learning_rate, device=device) if compiled else args.learning_rate
+    optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=args.cudagraphs and not args.compile)
 
     # rollout storage; observations stay uint8 and are converted per minibatch. With channels_last networks they are
-    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy)
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy);
+    # allocated in that layout (a copy into it would hold the buffer twice: the peak of a 1024 x 128 batch)
+    shape = (args.num_steps, args.num_envs) + envs.observation_space.shape
     if device.type == "cpu":
-        obs = obs.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+        obs = torch.zeros(shape[:2] + shape[3:] + shape[2:3], dtype=torch.uint8).permute(0, 1, 4, 2, 3)
+    else:
+        obs = torch.zeros(shape, dtype=torch.uint8, device=device)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
     behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
@@ -753,13 +767,54 @@ def main(args):
     if checkpoint:
         agent.load_state_dict(checkpoint["agent"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's flag, not the saved one (annealing sets it anew)
+        optimizer.param_groups[0]["lr"] = lr  # this run's flag, not the saved one (annealing sets it anew)
         start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
         recent_returns.extend(checkpoint["recent_returns"])
         return_rms.mean, return_rms.var, return_rms.count = checkpoint["return_rms"]
         restore_rng(checkpoint["rng"])
     checkpoint_dir = f"runs/{run_name}/checkpoints"
     last_checkpoint = args.resume
+    chunk = args.grad_accum_size or args.minibatch_size
+
+    def policy(x):
+        """The rollout's forward pass: action, its log-probability, the value and the logits."""
+        action, logprob, _, value, logits = agent.get_action_and_value(x)
+        return action, logprob, value.flatten(), logits
+
+    def gae(next_obs, next_done, rewards, values, dones):
+        next_value = agent.get_value(next_obs).reshape(1, -1)
+        return compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+
+    def minibatch_gradient(mb_inds, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values):
+        """The gradient of one minibatch's loss, left in .grad, and its statistics. A minibatch larger than
+        --grad-accum-size goes through the network in chunks: the same gradient, less memory."""
+        optimizer.zero_grad(set_to_none=not args.cudagraphs)  # a captured graph keeps the same .grad tensors
+        mb_advantages = b_advantages[mb_inds]
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        mb_stats = 0.0
+        for c in range(0, args.minibatch_size, chunk):
+            inds = mb_inds[c : c + chunk]
+            loss, stats = ppo_loss(agent, args, b_obs[inds], b_actions[inds], b_logprobs[inds],
+                                   mb_advantages[c : c + chunk], b_returns[inds], b_values[inds])
+            share = len(inds) / args.minibatch_size
+            (loss * share).backward()
+            mb_stats = mb_stats + stats * share
+        return mb_stats
+
+    def optimizer_step():
+        grad_norm = nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        return grad_norm
+
+    if args.compile:  # LeanRL's arrangement: each compiled apart (the backward pass breaks the update's graph)
+        policy, gae = torch.compile(policy), torch.compile(gae, fullgraph=True)
+        minibatch_gradient, optimizer_step = torch.compile(minibatch_gradient), torch.compile(optimizer_step)
+    if args.cudagraphs:
+        from tensordict.nn import CudaGraphModule
+
+        policy, gae = CudaGraphModule(policy), CudaGraphModule(gae)
+        minibatch_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
 
     start_time, start_step, eval_seconds = time.time(), global_step, 0.0
     next_obs, _ = envs.reset()
@@ -767,20 +822,25 @@ def main(args):
     next_done = torch.zeros(args.num_envs, device=device)
     progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
                     dynamic_ncols=True)
-    chunk = args.grad_accum_size or args.minibatch_size
 
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+            if compiled:
+                lr.fill_(frac * args.learning_rate)
+            else:
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        if iteration == start_iteration + 2:  # the first iteration compiles (and warms up): steps/s counts from here
+            first_iteration_seconds = time.time() - start_time - eval_seconds
+            start_time, start_step, eval_seconds = time.time(), global_step, 0.0
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
-                action, logprob, _, value, logits = agent.get_action_and_value(next_obs)
-            values[step] = value.flatten()
+                action, logprob, value, logits = policy(next_obs)
+            values[step] = value
             actions[step] = action
             logprobs[step] = logprob
             behaviour_logits[step] = logits
@@ -800,8 +860,7 @@ def main(args):
             episode_returns[episode_end] = 0.0
 
         with torch.no_grad():
-            next_value = agent.get_value(next_obs).reshape(1, -1)
-            advantages, returns = compute_gae(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+            advantages, returns = gae(next_obs, next_done, rewards, values, dones)
 
         b_obs = obs.reshape((-1,) + envs.observation_space.shape)
         b_logprobs = logprobs.reshape(-1)
@@ -819,29 +878,13 @@ def main(args):
             epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = epoch_inds[start : start + args.minibatch_size]
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-                optimizer.zero_grad()
-                mb_stats = 0.0
-                # a minibatch larger than --grad-accum-size goes through the network in chunks: same gradient, less memory
-                for c in range(0, args.minibatch_size, chunk):
-                    inds = mb_inds[c : c + chunk]
-                    loss, stats = ppo_loss(
-                        agent, args, b_obs[inds], b_actions[inds], b_logprobs[inds],
-                        mb_advantages[c : c + chunk], b_returns[inds], b_values[inds],
-                    )
-                    share = len(inds) / args.minibatch_size
-                    (loss * share).backward()
-                    mb_stats = mb_stats + stats * share
+                mb_stats = minibatch_gradient(mb_inds, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
                 if measure and epoch == 0 and start == 0:
                     # B.4 on the raw gradient of the iteration's first minibatch, before clipping rescales it
                     kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
-                grad_norm_sum += nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                grad_norm_sum += optimizer_step()
                 clipfrac_sum += mb_stats[4]
                 minibatch_steps += 1
-                optimizer.step()
 
             if args.target_kl is not None and mb_stats[3].item() > args.target_kl:  # one read per epoch, only with --target-kl
                 break
@@ -871,7 +914,7 @@ def main(args):
                   f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
             sys.exit(1)
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
         writer.add_scalar("losses/value_loss", v_loss, global_step)
         writer.add_scalar("losses/policy_loss", pg_loss, global_step)
         writer.add_scalar("losses/entropy", entropy_loss, global_step)
@@ -900,6 +943,8 @@ def main(args):
             eval_seconds += time.time() - eval_start
         sps = int((global_step - start_step) / (time.time() - start_time - eval_seconds))  # training only
         writer.add_scalar("charts/SPS", sps, global_step)
+        if iteration == start_iteration + 2:
+            writer.add_scalar("charts/first_iteration_seconds", first_iteration_seconds, global_step)
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-")
 

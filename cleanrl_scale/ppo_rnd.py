@@ -61,6 +61,11 @@ class Args:
     """if toggled, cuda will be enabled when available"""
     torch_threads: int = 0
     """CPU threads for torch (0 = torch's default)"""
+    compile: bool = False
+    """torch.compile the policy and curiosity steps, GAE and the minibatch update, as LeanRL does (the first iteration
+    compiles: charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
+    cudagraphs: bool = False
+    """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanrl-scale"
@@ -240,6 +245,8 @@ def resolve_args(args):
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     if args.target_kl is not None and not args.target_kl > 0:
         raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
+    if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
+        raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
     if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
         raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
     for flag in ("gamma", "int_gamma", "gae_lambda"):
@@ -328,7 +335,8 @@ def check_resume(args, state):
 
 
 NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
-                "wandb_entity", "save_model", "eval_episodes", "torch_threads")  # flags that do not change what a run learns
+                "wandb_entity", "save_model", "eval_episodes", "torch_threads", "compile",
+                "cudagraphs")  # flags that do not change what a run learns (compiled: to float rounding)
 
 
 def changed_flags(args, state):
@@ -732,7 +740,11 @@ def main(args):
         agent.to(memory_format=torch.channels_last)
         rnd_model.to(memory_format=torch.channels_last)
     combined_parameters = list(agent.parameters()) + list(rnd_model.predictor.parameters())
-    optimizer = optim.Adam(combined_parameters, lr=args.learning_rate, eps=1e-5)
+    # compiled or captured, the learning rate is a tensor that annealing fills in place (LeanRL): a new float each
+    # iteration would recompile the optimizer step
+    compiled = args.compile or args.cudagraphs
+    lr = torch.tensor(args.learning_rate, device=device) if compiled else args.learning_rate
+    optimizer = optim.Adam(combined_parameters, lr=lr, eps=1e-5, capturable=args.cudagraphs and not args.compile)
     obs_rms = FrameRunningMeanStd((1, 84, 84), device)
     reward_rms = RunningMeanStd()
     discounted_reward = RewardForwardFilter(args.int_gamma)
@@ -740,10 +752,13 @@ def main(args):
     rooms = set()
 
     # rollout storage; observations stay uint8 and are converted per minibatch. With channels_last networks they are
-    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy)
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy);
+    # allocated in that layout (a copy into it would hold the buffer twice: the peak of a 1024 x 128 batch)
+    shape = (args.num_steps, args.num_envs) + envs.observation_space.shape
     if device.type == "cpu":
-        obs = obs.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+        obs = torch.zeros(shape[:2] + shape[3:] + shape[2:3], dtype=torch.uint8).permute(0, 1, 4, 2, 3)
+    else:
+        obs = torch.zeros(shape, dtype=torch.uint8, device=device)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
     behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
@@ -761,7 +776,7 @@ def main(args):
         agent.load_state_dict(checkpoint["agent"])
         rnd_model.load_state_dict(checkpoint["rnd_model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's flag, not the saved one (annealing sets it anew)
+        optimizer.param_groups[0]["lr"] = lr  # this run's flag, not the saved one (annealing sets it anew)
         norms = checkpoint["normalisers"]
         obs_rms.mean, obs_rms.var, obs_rms.count = norms["obs"][0].to(device), norms["obs"][1].to(device), norms["obs"][2]
         reward_rms.mean, reward_rms.var, reward_rms.count = norms["reward"]
@@ -780,6 +795,77 @@ def main(args):
     checkpoint_dir = f"runs/{run_name}/checkpoints"
     last_checkpoint = args.resume
 
+    def policy(x):
+        """The rollout's forward pass: action, its log-probability, both values and the logits."""
+        action, logprob, _, value_ext, value_int, logits = agent.get_action_and_value(x)
+        return action, logprob, value_ext.flatten(), value_int.flatten(), logits
+
+    def curiosity(next_obs, stats):
+        """The intrinsic reward: the predictor's error on the normalised next frame."""
+        predict_next_feature, target_next_feature = rnd_model(normalise_frame(next_obs, stats))
+        return (target_next_feature - predict_next_feature).pow(2).sum(1) / 2
+
+    def gae(next_obs, next_done, rewards, curiosity_rewards, ext_values, int_values, dones):
+        next_value_ext, next_value_int = agent.get_value(next_obs)
+        return two_head_gae(args, rewards, curiosity_rewards, ext_values, int_values, dones,
+                            next_value_ext.reshape(1, -1), next_value_int.reshape(1, -1), next_done)
+
+    def minibatch_gradient(mb_inds, mask, stats, batch):
+        """The gradient of one minibatch's loss (PPO's, and the RND predictor's on the states `mask` keeps), left in
+        .grad, and its statistics: value losses (both, ext, int), policy loss, entropy, approx KL, clipfrac, RND loss."""
+        b_obs, b_actions, b_logprobs, b_advantages, b_ext_returns, b_int_returns, b_ext_values = batch
+        predict_next_state_feature, target_next_state_feature = rnd_model(normalise_frame(b_obs[mb_inds], stats))
+        forward_loss = F.mse_loss(predict_next_state_feature, target_next_state_feature.detach(), reduction="none").mean(-1)
+        forward_loss = (forward_loss * mask).sum() / torch.clamp(mask.sum(), min=1.0)
+
+        _, newlogprob, entropy, new_ext_values, new_int_values, _ = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
+        logratio = newlogprob - b_logprobs[mb_inds]
+        ratio = logratio.exp()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+        mb_advantages = b_advantages[mb_inds]
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+        pg_loss1 = -mb_advantages * ratio
+        pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+        new_ext_values, new_int_values = new_ext_values.view(-1), new_int_values.view(-1)
+        if args.clip_vloss:
+            ext_v_loss_unclipped = (new_ext_values - b_ext_returns[mb_inds]) ** 2
+            ext_v_clipped = b_ext_values[mb_inds] + torch.clamp(
+                new_ext_values - b_ext_values[mb_inds], -args.clip_coef, args.clip_coef
+            )
+            ext_v_loss_clipped = (ext_v_clipped - b_ext_returns[mb_inds]) ** 2
+            ext_v_loss = 0.5 * torch.max(ext_v_loss_unclipped, ext_v_loss_clipped).mean()
+        else:
+            ext_v_loss = 0.5 * ((new_ext_values - b_ext_returns[mb_inds]) ** 2).mean()
+        int_v_loss = 0.5 * ((new_int_values - b_int_returns[mb_inds]) ** 2).mean()
+        v_loss = ext_v_loss + int_v_loss
+        entropy_loss = entropy.mean()
+        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef + forward_loss
+
+        optimizer.zero_grad(set_to_none=not args.cudagraphs)  # a captured graph keeps the same .grad tensors
+        loss.backward()
+        return torch.stack([v_loss, ext_v_loss, int_v_loss, pg_loss, entropy_loss, approx_kl, clipfrac, forward_loss]).detach()
+
+    def optimizer_step():
+        grad_norm = nn.utils.clip_grad_norm_(combined_parameters, args.max_grad_norm)
+        optimizer.step()
+        return grad_norm
+
+    if args.compile:  # LeanRL's arrangement: each compiled apart (the backward pass breaks the update's graph)
+        policy, curiosity, gae = torch.compile(policy), torch.compile(curiosity), torch.compile(gae, fullgraph=True)
+        minibatch_gradient, optimizer_step = torch.compile(minibatch_gradient), torch.compile(optimizer_step)
+    if args.cudagraphs:
+        from tensordict.nn import CudaGraphModule
+
+        policy, curiosity, gae = CudaGraphModule(policy), CudaGraphModule(curiosity), CudaGraphModule(gae)
+        minibatch_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
+
     start_time, start_step = time.time(), global_step
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
@@ -789,7 +875,13 @@ def main(args):
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+            if compiled:
+                lr.fill_(frac * args.learning_rate)
+            else:
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        if iteration == start_iteration + 2:  # the first iteration compiles (and warms up): steps/s counts from here
+            first_iteration_seconds = time.time() - start_time
+            start_time, start_step = time.time(), global_step
 
         rollout_stats = obs_rms.stats()
         for step in range(0, args.num_steps):
@@ -797,8 +889,8 @@ def main(args):
             obs[step] = next_obs
             dones[step] = next_done
             with torch.inference_mode():
-                action, logprob, _, value_ext, value_int, logits = agent.get_action_and_value(next_obs)
-            ext_values[step], int_values[step] = value_ext.flatten(), value_int.flatten()
+                action, logprob, value_ext, value_int, logits = policy(next_obs)
+            ext_values[step], int_values[step] = value_ext, value_int
             actions[step] = action
             logprobs[step] = logprob
             behaviour_logits[step] = logits
@@ -808,9 +900,7 @@ def main(args):
             next_obs = torch.as_tensor(next_obs, device=device)
             next_done = torch.as_tensor(np.logical_or(terminations, truncations), device=device, dtype=torch.float32)
             with torch.inference_mode():
-                # intrinsic reward: the predictor's error on the normalised next frame
-                predict_next_feature, target_next_feature = rnd_model(normalise_frame(next_obs, rollout_stats))
-                curiosity_rewards[step] = ((target_next_feature - predict_next_feature).pow(2).sum(1) / 2).data
+                curiosity_rewards[step] = curiosity(next_obs, rollout_stats)
             if room_byte is not None:
                 rooms.update(np.unique(info["ram"][:, room_byte]).tolist())
 
@@ -829,11 +919,8 @@ def main(args):
         curiosity_rewards /= np.sqrt(reward_rms.var)
 
         with torch.no_grad():
-            next_value_ext, next_value_int = agent.get_value(next_obs)
-            ext_advantages, ext_returns, int_advantages, int_returns = two_head_gae(
-                args, rewards, curiosity_rewards, ext_values, int_values, dones,
-                next_value_ext.reshape(1, -1), next_value_int.reshape(1, -1), next_done,
-            )
+            ext_advantages, ext_returns, int_advantages, int_returns = gae(
+                next_obs, next_done, rewards, curiosity_rewards, ext_values, int_values, dones)
 
         b_obs = obs.reshape((-1,) + envs.observation_space.shape)
         b_logprobs = logprobs.reshape(-1)
@@ -841,6 +928,7 @@ def main(args):
         b_ext_returns, b_int_returns = ext_returns.reshape(-1), int_returns.reshape(-1)
         b_ext_values = ext_values.reshape(-1)
         b_advantages = int_advantages.reshape(-1) * args.int_coef + ext_advantages.reshape(-1) * args.ext_coef
+        batch = (b_obs, b_actions, b_logprobs, b_advantages, b_ext_returns, b_int_returns, b_ext_values)
         obs_rms.update(b_obs[:, 3:4])
 
         update_stats = obs_rms.stats()
@@ -854,53 +942,15 @@ def main(args):
             epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = epoch_inds[start : start + args.minibatch_size]
-
-                predict_next_state_feature, target_next_state_feature = rnd_model(normalise_frame(b_obs[mb_inds], update_stats))
-                forward_loss = F.mse_loss(predict_next_state_feature, target_next_state_feature.detach(), reduction="none").mean(-1)
-                mask = (torch.rand(len(forward_loss), device=device) < args.update_proportion).float()
-                forward_loss = (forward_loss * mask).sum() / torch.clamp(mask.sum(), min=1.0)
-
-                _, newlogprob, entropy, new_ext_values, new_int_values, _ = agent.get_action_and_value(b_obs[mb_inds], b_actions[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                new_ext_values, new_int_values = new_ext_values.view(-1), new_int_values.view(-1)
-                if args.clip_vloss:
-                    ext_v_loss_unclipped = (new_ext_values - b_ext_returns[mb_inds]) ** 2
-                    ext_v_clipped = b_ext_values[mb_inds] + torch.clamp(
-                        new_ext_values - b_ext_values[mb_inds], -args.clip_coef, args.clip_coef
-                    )
-                    ext_v_loss_clipped = (ext_v_clipped - b_ext_returns[mb_inds]) ** 2
-                    ext_v_loss = 0.5 * torch.max(ext_v_loss_unclipped, ext_v_loss_clipped).mean()
-                else:
-                    ext_v_loss = 0.5 * ((new_ext_values - b_ext_returns[mb_inds]) ** 2).mean()
-                int_v_loss = 0.5 * ((new_int_values - b_int_returns[mb_inds]) ** 2).mean()
-                v_loss = ext_v_loss + int_v_loss
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef + forward_loss
-
-                optimizer.zero_grad()
-                loss.backward()
+                mask = (torch.rand(args.minibatch_size, device=device) < args.update_proportion).float()  # eager's RNG
+                stats = minibatch_gradient(mb_inds, mask, update_stats, batch)
                 if measure and epoch == 0 and start == 0:
                     # B.4 on the raw gradient of the iteration's first minibatch (the agent's), before clipping rescales it
                     kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
-                grad_norm = nn.utils.clip_grad_norm_(combined_parameters, args.max_grad_norm)
-                optimizer.step()
-                sums += torch.stack([clipfrac, grad_norm, forward_loss.detach()])
+                sums += torch.stack([stats[6], optimizer_step(), stats[7]])
                 minibatch_steps += 1
 
-            if args.target_kl is not None and approx_kl.item() > args.target_kl:  # one read per epoch, only with --target-kl
+            if args.target_kl is not None and stats[5].item() > args.target_kl:  # one read per epoch, only with --target-kl
                 break
 
         # KL(behaviour || updated policy) after the last epoch, exact for a categorical, on the whole batch or a
@@ -916,7 +966,7 @@ def main(args):
                 kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum()
             var_y = b_ext_returns.var(unbiased=False)
             explained_var = torch.where(var_y > 0, 1 - (b_ext_returns - b_ext_values).var(unbiased=False) / var_y, torch.nan)
-            losses = torch.stack([v_loss, ext_v_loss, int_v_loss, pg_loss, entropy_loss, approx_kl]).detach()
+            losses = stats[:6]  # the last minibatch's
             finite = (torch.stack([torch.isfinite(p).all() for p in combined_parameters]).all()
                       & torch.isfinite(losses).all() & torch.isfinite(sums).all() & torch.isfinite(kl_sum))
             read = torch.cat([losses, sums / minibatch_steps, torch.stack([
@@ -929,7 +979,7 @@ def main(args):
                   f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
             sys.exit(1)
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
         writer.add_scalar("charts/intrinsic_reward_mean", intrinsic_mean, global_step)
         writer.add_scalar("losses/rnd_loss", rnd_loss, global_step)
         writer.add_scalar("losses/value_loss", v_loss, global_step)
@@ -956,6 +1006,8 @@ def main(args):
                                                                      iteration, global_step))
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
+        if iteration == start_iteration + 2:
+            writer.add_scalar("charts/first_iteration_seconds", first_iteration_seconds, global_step)
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-",
                              rooms=len(rooms) if room_byte is not None else "-")

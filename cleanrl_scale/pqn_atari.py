@@ -52,6 +52,16 @@ class Args:
     """if toggled, cuda will be enabled when available"""
     torch_threads: int = 0
     """CPU threads for torch (0 = torch's default)"""
+    compile: bool = False
+    """torch.compile the Q-network's rollout step, the Q(lambda) targets and the minibatch update, as LeanRL does (the
+    first iteration compiles: charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
+    cudagraphs: bool = False
+    """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
+    compile: bool = False
+    """torch.compile the Q-network's rollout step, the Q(lambda) targets and the minibatch update, as LeanRL does (the
+    first iteration compiles: charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
+    cudagraphs: bool = False
+    """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanrl-scale"
@@ -213,6 +223,10 @@ def resolve_args(args):
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
     if args.end_e > args.start_e:
         raise BadFlag(f"--end-e {args.end_e} must not exceed --start-e {args.start_e} (epsilon decays)")
+    if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
+        raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
+    if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
+        raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
     if args.optimizer not in OPTIMIZERS:
         raise BadFlag(f"--optimizer must be one of {', '.join(OPTIMIZERS)} (got {args.optimizer!r})")
     if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
@@ -295,7 +309,8 @@ def check_resume(args, state):
 
 
 NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
-                "wandb_entity", "save_model", "eval_episodes", "torch_threads")  # flags that do not change what a run learns
+                "wandb_entity", "save_model", "eval_episodes", "torch_threads", "compile",
+                "cudagraphs")  # flags that do not change what a run learns (compiled: to float rounding)
 
 
 def changed_flags(args, state):
@@ -559,13 +574,21 @@ def main(args):
     q_network = QNetwork(envs.action_space.n).to(device)
     if device.type == "cpu":
         q_network.to(memory_format=torch.channels_last)  # faster convolutions on CPU
-    optimizer = OPTIMIZERS[args.optimizer](q_network.parameters(), lr=args.learning_rate)
+    # compiled or captured, the learning rate is a tensor that annealing fills in place (LeanRL): a new float each
+    # iteration would recompile the optimizer step
+    compiled = args.compile or args.cudagraphs
+    lr = torch.tensor(args.learning_rate, device=device) if compiled else args.learning_rate
+    optimizer = OPTIMIZERS[args.optimizer](q_network.parameters(), lr=lr,
+                                           **({"capturable": True} if args.cudagraphs and not args.compile else {}))
 
     # rollout storage; observations stay uint8. With channels_last networks they are stored channels innermost, so a
-    # minibatch gathered from them is in the network's layout already (no copy)
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.observation_space.shape, dtype=torch.uint8, device=device)
+    # minibatch gathered from them is in the network's layout already (no copy); allocated in that layout (a copy
+    # into it would hold the buffer twice: the peak of a 1024 x 128 batch)
+    shape = (args.num_steps, args.num_envs) + envs.observation_space.shape
     if device.type == "cpu":
-        obs = obs.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+        obs = torch.zeros(shape[:2] + shape[3:] + shape[2:3], dtype=torch.uint8).permute(0, 1, 4, 2, 3)
+    else:
+        obs = torch.zeros(shape, dtype=torch.uint8, device=device)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
     rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
     dones = torch.zeros((args.num_steps, args.num_envs), device=device)  # the episode ended with transition t
@@ -577,12 +600,39 @@ def main(args):
     if checkpoint:
         q_network.load_state_dict(checkpoint["q_network"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        optimizer.param_groups[0]["lr"] = args.learning_rate  # this run's flag, not the saved one (annealing sets it anew)
+        optimizer.param_groups[0]["lr"] = lr  # this run's flag, not the saved one (annealing sets it anew)
         start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
         recent_returns.extend(checkpoint["recent_returns"])
         restore_rng(checkpoint["rng"])
     checkpoint_dir = f"runs/{run_name}/checkpoints"
     last_checkpoint = args.resume
+
+    def targets(next_obs, rewards, dones, max_q):
+        next_max_q = torch.cat([max_q[1:], q_network(next_obs).max(dim=1).values[None]])
+        return q_lambda_returns(rewards, dones, next_max_q, args.gamma, args.q_lambda)
+
+    def minibatch_gradient(mb_inds, b_obs, b_actions, b_returns):
+        """The gradient of one minibatch's TD loss, left in .grad: (the loss, the mean Q of the actions taken)."""
+        q_taken = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds, None]).squeeze(1)
+        loss = F.mse_loss(q_taken, b_returns[mb_inds])
+        optimizer.zero_grad(set_to_none=not args.cudagraphs)  # a captured graph keeps the same .grad tensors
+        loss.backward()
+        return loss.detach(), q_taken.detach().mean()
+
+    def optimizer_step():
+        grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+        optimizer.step()
+        return grad_norm
+
+    policy = q_network  # the rollout's forward pass (epsilon-greedy stays outside: its epsilon changes every step)
+    if args.compile:  # LeanRL's arrangement: each compiled apart (the backward pass breaks the update's graph)
+        policy, targets = torch.compile(q_network), torch.compile(targets, fullgraph=True)
+        minibatch_gradient, optimizer_step = torch.compile(minibatch_gradient), torch.compile(optimizer_step)
+    if args.cudagraphs:
+        from tensordict.nn import CudaGraphModule
+
+        policy, targets = CudaGraphModule(policy), CudaGraphModule(targets)
+        minibatch_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
 
     start_time, start_step = time.time(), global_step
     next_obs, _ = envs.reset()
@@ -593,14 +643,20 @@ def main(args):
     for iteration in range(start_iteration + 1, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+            if compiled:
+                lr.fill_(frac * args.learning_rate)
+            else:
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        if iteration == start_iteration + 2:  # the first iteration compiles (and warms up): steps/s counts from here
+            first_iteration_seconds = time.time() - start_time
+            start_time, start_step = time.time(), global_step
 
         for step in range(0, args.num_steps):
             epsilon = linear_schedule(args.start_e, args.end_e, args.exploration_fraction * args.total_timesteps, global_step)
             global_step += args.num_envs
             obs[step] = next_obs
             with torch.inference_mode():
-                q_values = q_network(next_obs)
+                q_values = policy(next_obs)
             max_q[step] = q_values.max(dim=1).values
             action = epsilon_greedy(q_values, epsilon)
             actions[step] = action
@@ -619,8 +675,7 @@ def main(args):
             episode_returns[game_over] = 0.0
 
         with torch.no_grad():
-            next_max_q = torch.cat([max_q[1:], q_network(next_obs).max(dim=1).values[None]])
-            returns = q_lambda_returns(rewards, dones, next_max_q, args.gamma, args.q_lambda)
+            returns = targets(next_obs, rewards, dones, max_q)
 
         b_obs = obs.reshape((-1,) + envs.observation_space.shape)
         b_actions = actions.reshape(-1)
@@ -635,16 +690,11 @@ def main(args):
             epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = epoch_inds[start : start + args.minibatch_size]
-                q_taken = q_network(b_obs[mb_inds]).gather(1, b_actions[mb_inds, None]).squeeze(1)
-                loss = F.mse_loss(q_taken, b_returns[mb_inds])
-                optimizer.zero_grad()
-                loss.backward()
+                loss, q_mean = minibatch_gradient(mb_inds, b_obs, b_actions, b_returns)
                 if measure and epoch == 0 and start == 0:
                     # B.4 on the raw gradient of the iteration's first minibatch, before clipping rescales it
                     kurtosis = grad_kurtosis([p.grad for p in q_network.parameters() if p.grad is not None])
-                grad_norm = nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
-                optimizer.step()
-                sums += torch.stack([loss.detach(), q_taken.detach().mean(), grad_norm])
+                sums += torch.stack([loss, q_mean, optimizer_step()])
 
         with torch.no_grad():
             finite = torch.stack([torch.isfinite(p).all() for p in q_network.parameters()]).all() & torch.isfinite(sums).all()
@@ -656,7 +706,7 @@ def main(args):
                   f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
             sys.exit(1)
 
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+        writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
         writer.add_scalar("charts/epsilon", epsilon, global_step)
         writer.add_scalar("losses/td_loss", td_loss, global_step)
         writer.add_scalar("losses/q_values", q_mean, global_step)
@@ -672,6 +722,8 @@ def main(args):
                                                                      iteration, global_step))
         sps = int((global_step - start_step) / (time.time() - start_time))
         writer.add_scalar("charts/SPS", sps, global_step)
+        if iteration == start_iteration + 2:
+            writer.add_scalar("charts/first_iteration_seconds", first_iteration_seconds, global_step)
         progress.update(args.batch_size)
         progress.set_postfix(sps=sps, eps=f"{epsilon:.3f}", ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-")
 

@@ -125,3 +125,10 @@ def test_a_jax_batch_past_int32_is_refused(tmp_path):
     flags = ["--env-id", "CartPole-v1", "--num-envs", "2147483648", "--num-steps", "1", "--total-timesteps", str(2**31)]
     result = run_copy("ppo_ewma_jax", flags, tmp_path, timeout=300)
     assert_bad_input(result, tmp_path, "--num-envs x --num-steps x --num-seeds must be below 2^31")
+
+
+@pytest.mark.parametrize("script", ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool"])
+def test_cuda_graphs_without_a_cuda_device_are_refused(script):
+    module = load_script(script)
+    with pytest.raises(module.BadFlag, match="--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda"):
+        module.resolve_args(module.Args(cudagraphs=True, cuda=False))
