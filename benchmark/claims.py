@@ -447,8 +447,10 @@ def claim_6(out_dir):
     and the two winners' DDRs each read at its own budget."""
     tables = Tables(Path(out_dir) / "ddr" / "analysis")
     rows = tables.scores.assign(budget=pd.to_numeric(tables.scores["total-timesteps"]),
-                                # a config across budgets: its label without the budget
-                                setting=tables.scores.config.str.replace(r"total-timesteps=\S+ ?", "", regex=True).str.strip())
+                                # a config across budgets: its label without the budget (the analysis names it by its
+                                # steps or, at a fixed budget, by the iterations they make)
+                                setting=tables.scores.config.str.replace(r"(total-timesteps|num-iterations)=\S+ ?", "",
+                                                                         regex=True).str.strip())
     conditions = []
     for budget, group in rows.groupby("budget"):  # the score at each end of the DDR range against its neighbour's
         order = group.groupby("setting").ddr.mean().sort_values()
