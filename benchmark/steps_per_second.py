@@ -74,11 +74,16 @@ def main():
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
     opts = parser.parse_args()
+    try:
+        variant = shlex.split(opts.variant) if opts.variant is not None else None
+    except ValueError as e:
+        parser.error(f"--variant {opts.variant!r}: {e}")
+    if variant is not None and not variant:
+        parser.error("--variant must name flags (got an empty string)")
     module = load_script(opts.script)
     calls = opts.raw_calls or max(100, 20000 // opts.num_envs)
 
     earlier = script_at(opts.script, opts.against, tempfile.mkdtemp()) if opts.against else None
-    variant = shlex.split(opts.variant) if opts.variant else None
     train = lambda source=None, extra=(): train_sps(opts.script, opts.env_id, opts.num_envs, opts.num_steps,
                                                     opts.iterations, opts.dynamics_every, [*opts.extra, *extra], source)
 

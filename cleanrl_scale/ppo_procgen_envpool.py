@@ -766,6 +766,8 @@ def main(args):
     start_iteration, global_step = 0, 0
     if checkpoint:
         agent.load_state_dict(checkpoint["agent"])
+        for group in checkpoint["optimizer"]["param_groups"]:  # as this run steps (a checkpoint of an eager run, or
+            group["capturable"] = args.cudagraphs and not args.compile  # of a compiled one on CUDA, may say otherwise)
         optimizer.load_state_dict(checkpoint["optimizer"])
         optimizer.param_groups[0]["lr"] = lr  # this run's flag, not the saved one (annealing sets it anew)
         start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
@@ -814,7 +816,12 @@ def main(args):
         from tensordict.nn import CudaGraphModule
 
         policy, gae = CudaGraphModule(policy), CudaGraphModule(gae)
-        minibatch_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
+        captured_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
+
+        # the captured update takes the minibatch alone, as LeanRL's does: given the whole rollout buffer, the graph
+        # would copy all of it into its static inputs at every call
+        def minibatch_gradient(mb_inds, *batch):
+            return captured_gradient(torch.arange(len(mb_inds), device=device), *(b[mb_inds] for b in batch))
 
     start_time, start_step, eval_seconds = time.time(), global_step, 0.0
     next_obs, _ = envs.reset()

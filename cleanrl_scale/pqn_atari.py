@@ -57,11 +57,6 @@ class Args:
     first iteration compiles: charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
     cudagraphs: bool = False
     """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
-    compile: bool = False
-    """torch.compile the Q-network's rollout step, the Q(lambda) targets and the minibatch update, as LeanRL does (the
-    first iteration compiles: charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
-    cudagraphs: bool = False
-    """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
     track: bool = False
     """if toggled, this experiment will be tracked with Weights and Biases"""
     wandb_project_name: str = "cleanrl-scale"
@@ -223,8 +218,6 @@ def resolve_args(args):
             raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
     if args.end_e > args.start_e:
         raise BadFlag(f"--end-e {args.end_e} must not exceed --start-e {args.start_e} (epsilon decays)")
-    if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
-        raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
     if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
         raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
     if args.optimizer not in OPTIMIZERS:
@@ -599,6 +592,8 @@ def main(args):
     start_iteration, global_step = 0, 0
     if checkpoint:
         q_network.load_state_dict(checkpoint["q_network"])
+        for group in checkpoint["optimizer"]["param_groups"]:  # as this run steps (a checkpoint of an eager run, or
+            group["capturable"] = args.cudagraphs and not args.compile  # of a compiled one on CUDA, may say otherwise)
         optimizer.load_state_dict(checkpoint["optimizer"])
         optimizer.param_groups[0]["lr"] = lr  # this run's flag, not the saved one (annealing sets it anew)
         start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
@@ -632,7 +627,12 @@ def main(args):
         from tensordict.nn import CudaGraphModule
 
         policy, targets = CudaGraphModule(policy), CudaGraphModule(targets)
-        minibatch_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
+        captured_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
+
+        # the captured update takes the minibatch alone, as LeanRL's does: given the whole rollout buffer, the graph
+        # would copy all of it into its static inputs at every call
+        def minibatch_gradient(mb_inds, *batch):
+            return captured_gradient(torch.arange(len(mb_inds), device=device), *(b[mb_inds] for b in batch))
 
     start_time, start_step = time.time(), global_step
     next_obs, _ = envs.reset()

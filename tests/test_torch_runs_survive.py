@@ -34,7 +34,8 @@ RESUMABLE = ["--total-timesteps", "640", "--dynamics-every", "2", "--save-every"
 # against the size of one iteration's update, and the unit counts within a unit or two.
 COMPILED = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool"]
 COUNTS = {"dynamics/dormant_pct": 0.5, "dynamics/dormant_pct_critic": 0.5, "dynamics/feature_rank": 2,
-          "dynamics/feature_rank_critic": 2}  # atol of the metrics that count units (percentage points, ranks)
+          "dynamics/feature_rank_critic": 2}  # atol of the metrics that count units: half a percentage point (1-9 units
+# of the scripts' 200-1,760) and 2 ranks
 NETWORKS = {"ppo_atari_envpool": ["agent"], "pqn_atari": ["q_network"], "ppo_rnd": ["agent", "rnd_model"],
             "ppo_procgen_envpool": ["agent"]}  # the networks' keys in a checkpoint
 TIMINGS = ("charts/SPS", "charts/first_iteration_seconds")  # wall times: never the same twice
@@ -118,9 +119,10 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
     (_, eager), (_, compiled) = (run_ok(script, flags + extra, tmp_path / name)
                                  for name, extra in (("eager", []), ("compiled", ["--compile"])))
     assert set(compiled) == set(eager) and len(compiled["charts/first_iteration_seconds"]) == 1
-    # charts/ddr = batch / losses/approx_kl: a KL near 0 (1e-5 to 1e-12 here) makes it ill-conditioned; the KL is compared
+    # charts/ddr = batch / losses/approx_kl: a KL near 0 (1e-5 to 1e-12 here) makes it ill-conditioned, and the KL
+    # itself, that small, is within atol 1e-6 whatever it is: neither says much at 2 iterations
     apart = [tag for tag in sorted(set(eager) - set(TIMINGS) - {"charts/ddr"})
-             if not np.allclose(compiled[tag][:2], eager[tag][:2], rtol=1e-4, atol=COUNTS.get(tag, 1e-6))]
+             if not np.allclose(compiled[tag][:2], eager[tag][:2], rtol=1e-4, atol=COUNTS.get(tag, 1e-6), equal_nan=True)]
     assert not apart, {tag: (eager[tag][:2], compiled[tag][:2]) for tag in apart}
     runs = {name: run_dirs(tmp_path / name)[0] for name in ("eager", "compiled")}
     saved = {(name, i): torch.load(run / "checkpoints" / f"iter_{i}.pt", weights_only=False)
@@ -134,6 +136,11 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
                         tmp_path / "resumed")
     assert "resuming" in resumed.stdout
     assert logged(run_dirs(tmp_path / "resumed")[0]) == logged(runs["compiled"], after=256)  # iteration 3, every tag
+    # and an eager run's checkpoint resumes compiled (the learning rate becomes a tensor, the optimiser's state is kept)
+    crossed, logs = run_ok(script, flags + ["--compile", "--resume", runs["eager"] / "checkpoints" / "iter_2.pt"],
+                           tmp_path / "crossed")
+    assert "resuming" in crossed.stdout and len(logs["charts/learning_rate"]) == 1
+    assert logs["charts/learning_rate"][0] == pytest.approx(eager["charts/learning_rate"][2], rel=1e-6)
 
 
 @pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_rnd"])
