@@ -732,8 +732,9 @@ def main(args):
 
         # the captured update takes the minibatch alone, as LeanRL's does: given the whole rollout buffer, the graph
         # would copy all of it into its static inputs at every call
+        every = torch.arange(args.minibatch_size, device=device)  # the gathered minibatch, whole (made once)
         def minibatch_gradient(mb_inds, *batch):
-            return captured_gradient(torch.arange(len(mb_inds), device=device), *(b[mb_inds] for b in batch))
+            return captured_gradient(every, *(b[mb_inds] for b in batch))
 
     start_time, start_step = time.time(), global_step
     next_obs, _ = envs.reset()
