@@ -9,9 +9,12 @@
 #   sfl         sfl_steps_per_second.py first-update: ppo_kinetix_sfl.py --model mlp, size s, Table 3's 2,048 preset
 #   smoke       cuda_smoke.sh: every GPU script (torch and JAX) a few iterations on CUDA
 #   torch       the torch scripts compiled: cuda_smoke.sh's --compile --cudagraphs runs of the four, then
-#               vs_reference.py --bench ppo_atari --steady at TORCH_ENVS (default 8) envs x 128 steps, 8 iterations a
+#               vs_reference.py --bench ppo_atari --steady at TORCH_ENVS (default 8) envs x 128 steps, 16 iterations a
 #               budget: CleanRL's script, the project's eager and, as --variant, compiled with CUDA graphs (CLEANRL: a
-#               CleanRL checkout; on the machine without a network, envpool and tensordict come in the kit's wheels)
+#               CleanRL checkout; on the machine without a network, envpool, tensordict and envpool's Atari ROMs
+#               (ENVPOOL_ASSETS_PATH) come with the kit). 4 iterations a budget were too few on an H200: the compiled
+#               side's trace-and-capture time varied by more than 8 iterations' steps. At 16, scaled from that run's
+#               whole processes, the cold runs and 3 pairs take about 15 minutes at 8 envs: give it LIMIT_S=900+
 #   sizing      what SCALE=gpu's grids are sized from: run_seconds.py, whole processes of ppo_ewma_jax.py on
 #               Breakout-MinAtar with 10 seeds packed (the atari10 runners' configs 8 x 128, 32 x 32, 32 x 128), and
 #               jax_steps_per_second.py on locomotion at Table 2 with 5 seeds packed (the stagnation runners')
@@ -84,7 +87,7 @@ for p in ${PARTS:-device minatar locomotion sfl smoke}; do
         part cuda_smoke_compiled "${LIMIT_S:-600}" bash cuda_smoke.sh "$OUT_DIR/cuda_smoke_compiled_runs"
       for envs in ${TORCH_ENVS:-8}; do
         part "torch_ppo_atari_$envs" "${LIMIT_S:-600}" "$PY" vs_reference.py --reference "${CLEANRL:?CLEANRL: a CleanRL checkout}" \
-          --bench ppo_atari --num-envs "$envs" --total-timesteps $((envs * 128 * 8)) --steady --pairs "$PAIRS" \
+          --bench ppo_atari --num-envs "$envs" --total-timesteps $((envs * 128 * 16)) --steady --pairs "$PAIRS" \
           --variant="--compile --cudagraphs" --json "$OUT_DIR/torch_ppo_atari_$envs.json"
       done ;;
     *) echo "gpu_check: unknown part $p (device, minatar, locomotion, sizing, sfl, smoke, torch)" >&2; exit 2 ;;

@@ -22,7 +22,9 @@ multiple of num_envs x num_steps so that both train exactly that many) over the 
 --steady adds steady-state rates that do not depend on when either side logs or how long it compiles: each side
 also trains 3 x --total-timesteps in its own process, and its steady rate is the 2 x --total-timesteps extra steps
 over the extra seconds; both sides then share one persistent compilation cache, filled by a cold run of each side
-and budget before the pairs (those cold whole-process times are reported too).
+and budget before the pairs (those cold whole-process times are reported too). A pair where a side took no longer at
+3 x the budget (its extra steps within the spread of a process start) says so, keeps its whole-process ratios and
+is left out of the steady medians.
 Known at CleanRL fe8d8a0 and PureJaxRL 31756b1. CleanRL's RND script steps its environments
 --obs-norm-init iterations with random actions before training (uncounted by its own SPS); the
 project's ppo_rnd.py does the same, and both processes are timed whole, so the warm-up is in both.
@@ -215,12 +217,10 @@ def timed_run(argv, workdir, copy_from, cache=None, first=False):
 
 def steady_rates(seconds, budgets):
     """{side: steps/s} from {side: {budget: whole-process seconds}} at two budgets: the extra steps over the extra
-    seconds (start-up and compilation, the same in both runs, cancel). ValueError where a side took no longer."""
+    seconds (start-up and compilation, the same in both runs, cancel); None for a side that took no longer (its extra
+    steps lost in the spread of a process start: unresolved at this --total-timesteps)."""
     extra = {side: times[budgets[1]] - times[budgets[0]] for side, times in seconds.items()}
-    if min(extra.values()) <= 0:
-        raise ValueError(f"a side trained {budgets[1] - budgets[0]:,} more steps in no more time (extra seconds "
-                         f"{ {side: round(t, 3) for side, t in extra.items()} }); raise --total-timesteps")
-    return {side: (budgets[1] - budgets[0]) / t for side, t in extra.items()}
+    return {side: (budgets[1] - budgets[0]) / t if t > 0 else None for side, t in extra.items()}
 
 
 def parse(argv=None):
@@ -359,11 +359,14 @@ def main(argv=None):
             if bench.reference.startswith("purejaxrl/"):  # PureJaxRL's first result is its whole process (it logs at the end)
                 pair.update(project_first_s=firsts["project"], first_margin_s=firsts["project"] - ref_s)
                 line += f"; project's first iteration logged at {firsts['project']:.1f} s ({pair['first_margin_s']:+.1f} s)"
-            if opts.steady:
-                try:
-                    rates = steady_rates(seconds, budgets)
-                except ValueError as e:
-                    raise SystemExit(f"vs_reference.py: {e}")
+            rates = steady_rates(seconds, budgets) if opts.steady else {}
+            unresolved = [side for side, rate in rates.items() if rate is None]
+            if unresolved:  # the pair's whole-process ratios stand; its steady ones are left out of the medians
+                pair["steady_unresolved"] = unresolved
+                line += (f"; steady unresolved: {', '.join(unresolved)} trained {budgets[1] - budgets[0]:,} more steps "
+                         f"in no more time (raise --total-timesteps)")
+                rates = {}
+            elif rates:
                 pair.update({f"{side}_steady_sps": rates[side] for side in order})
                 pair["steady_ratio"] = rates["project"] / rates["reference"]
                 line += (f"; steady reference {rates['reference']:,.0f} steps/s, project {rates['project']:,.0f} "
@@ -371,14 +374,14 @@ def main(argv=None):
             if opts.against:
                 pair.update(against_s=seconds["against"][budgets[-1]], against_ratio=seconds["against"][budgets[-1]] / ours_s)
                 line += f"; at {opts.against} {pair['against_s']:.1f} s, ratio x{pair['against_ratio']:.3f}"
-                if opts.steady:
+                if rates:
                     pair["against_steady_ratio"] = rates["project"] / rates["against"]
                     line += f" (steady x{pair['against_steady_ratio']:.3f})"
             if opts.variant_flags:
                 var_s = seconds["variant"][budgets[-1]]
                 pair.update(variant_s=var_s, variant_ratio=ref_s / var_s, variant_vs_project=ours_s / var_s)
                 line += f"; variant {var_s:.1f} s, ratio x{ref_s / var_s:.3f} (x{ours_s / var_s:.3f} the project's)"
-                if opts.steady:
+                if rates:
                     pair.update(variant_steady_ratio=rates["variant"] / rates["reference"],
                                 variant_steady_vs_project=rates["variant"] / rates["project"])
                     line += (f" (steady {rates['variant']:,.0f} steps/s, x{pair['variant_steady_ratio']:.3f}, "
@@ -395,12 +398,13 @@ def main(argv=None):
                           ("variant_ratio", "reference s / variant s"), ("variant_vs_project", "project s / variant s"),
                           ("variant_steady_ratio", "variant steady steps/s / reference's"),
                           ("variant_steady_vs_project", "variant steady steps/s / project's")):
-            if key in pairs[0]:
-                values = [p[key] for p in pairs]
+            values = [p[key] for p in pairs if key in p]
+            if values:
                 report[f"median_{key}"] = statistics.median(values)
                 shown = [f"{v:+.1f} s" if key.endswith("_s") else f"x{v:.3f}" for v in (report[f"median_{key}"], min(values), max(values))]
                 name = key[:-2].replace("_", " ") + "s" if key.endswith("_s") else key.replace("_", " ") + "s"
-                print(f"median of {opts.pairs} per-pair {name} ({what}): {shown[0]}  "
+                left_out = f" ({opts.pairs - len(values)} unresolved left out)" if len(values) < opts.pairs else ""
+                print(f"median of {len(values)} per-pair {name}{left_out} ({what}): {shown[0]}  "
                       f"[{shown[1]}, {shown[2]}]; {machine}")
         if opts.json:
             opts.json.write_text(json.dumps(report, indent=2))
