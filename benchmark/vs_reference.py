@@ -34,7 +34,8 @@ e.g. --total-timesteps 512 for CartPole, both sides do the same work before thei
 --against REV adds a third side, the project's script as it was at git revision REV with the same flags, to
 every pair (the three take turns going first), and reports the median of (REV seconds / project seconds) too.
 --variant FLAGS adds another side, the project's script with FLAGS added (e.g. --variant="--compile"), and reports
-its ratios to the reference and to the project's plain side. torch.compile's cache (TorchInductor's) is fresh for
+its ratios to the reference and to the project's plain side (with --against as well, --pairs is at least 4, so that
+each of the four sides goes first once). torch.compile's cache (TorchInductor's) is fresh for
 every run, as JAX's is off, unless --steady shares one between all runs (then compilation cancels).
 PureJaxRL's ppo.py has no command line: a driver of this harness imports it, calls make_train(config)
 (the config of its __main__ with the sizes given here and DEBUG off) and waits for the result.
@@ -259,6 +260,9 @@ def parse(argv=None):
         fail("--variant must name flags (got an empty string)")
     if opts.pairs < 3:
         fail(f"--pairs must be at least 3 (a median of per-pair ratios), got {opts.pairs}")
+    if opts.against is not None and opts.variant is not None and opts.pairs < 4:
+        fail(f"--pairs must be at least 4 with --against and --variant (each of the 4 sides goes first once), "
+             f"got {opts.pairs}")
     batch = opts.num_envs * opts.num_steps
     if opts.total_timesteps % batch:
         fail(f"--total-timesteps must be a multiple of num_envs x num_steps = {batch} (both scripts then "

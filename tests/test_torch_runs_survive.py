@@ -41,8 +41,8 @@ NETWORKS = {"ppo_atari_envpool": ["agent"], "pqn_atari": ["q_network"], "ppo_rnd
 TIMINGS = ("charts/SPS", "charts/first_iteration_seconds")  # wall times: never the same twice
 
 
-def run_ok(script, flags, workdir):
-    result = run_copy(script, SCRIPTS[script] + flags, workdir, timeout=600)
+def run_ok(script, flags, workdir, extra_env=None):
+    result = run_copy(script, SCRIPTS[script] + flags, workdir, timeout=600, extra_env=extra_env)
     assert result.returncode == 0, result.stderr[-3000:]
     return result, read_values(run_dirs(workdir)[0])[0]
 
@@ -113,11 +113,18 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
     """--compile (torch.compile, as LeanRL): over 2 iterations of one epoch the compiled run logs what the eager run
     logs (rtol 1e-4, atol 1e-6; unit counts within COUNTS) and ends within 5% of one iteration's update of the eager
     run's parameters (each network's whole norm); resumed from its iteration-2 checkpoint, compiled again, it
-    continues exactly."""
+    continues exactly. TorchInductor compiled every function the script hands it: its cache (this test's own) holds
+    a graph for each, and the eager run wrote none."""
     flags = ["--total-timesteps", "384", "--update-epochs", "1", "--dynamics-every", "1", "--save-every", "1",
              "--reset-envs-at", "2"]  # 3 iterations
-    (_, eager), (_, compiled) = (run_ok(script, flags + extra, tmp_path / name)
-                                 for name, extra in (("eager", []), ("compiled", ["--compile"])))
+    cache = tmp_path / "inductor"
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
+    _, eager = run_ok(script, flags, tmp_path / "eager", env)
+    assert not (cache / "fxgraph").exists()
+    _, compiled = run_ok(script, flags + ["--compile"], tmp_path / "compiled", env)
+    # policy (and RND's curiosity) step, GAE / Q(lambda) targets, minibatch gradient (forward and backward), step
+    graphs = list((cache / "fxgraph").iterdir())
+    assert len(graphs) >= (6 if script == "ppo_rnd" else 5), graphs
     assert set(compiled) == set(eager) and len(compiled["charts/first_iteration_seconds"]) == 1
     # charts/ddr = batch / losses/approx_kl: a KL near 0 (1e-5 to 1e-12 here) makes it ill-conditioned, and the KL
     # itself, that small, is within atol 1e-6 whatever it is: neither says much at 2 iterations

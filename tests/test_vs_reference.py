@@ -51,18 +51,18 @@ def test_pairs_alternate_and_the_ratio_is_the_median_of_pairs(tmp_path):
 def test_against_and_a_variant_add_sides_to_every_pair(tmp_path):
     """--against HEAD: the project's script at a revision; --variant: the project's script with flags added."""
     out = tmp_path / "result.json"
-    result = harness("--reference", STAND_IN, "--bench", "ppo_atari", *TINY, "--pairs", "3", "--against", "HEAD",
+    result = harness("--reference", STAND_IN, "--bench", "ppo_atari", *TINY, "--pairs", "4", "--against", "HEAD",
                      "--variant=--kl-sample 16", "--json", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     pairs = report["pairs"]
-    assert [p["first"] for p in pairs] == ["reference", "project", "against"]  # each side goes first in turn
+    assert [p["first"] for p in pairs] == ["reference", "project", "against", "variant"]  # each goes first in turn
     for pair in pairs:
         assert pair["against_s"] > 0 and pair["against_ratio"] == pytest.approx(pair["against_s"] / pair["project_s"])
         assert pair["variant_ratio"] == pytest.approx(pair["reference_s"] / pair["variant_s"])
         assert pair["variant_vs_project"] == pytest.approx(pair["project_s"] / pair["variant_s"])
-    assert report["median_against_ratio"] == pytest.approx(sorted(p["against_ratio"] for p in pairs)[1])
-    assert report["median_variant_vs_project"] == pytest.approx(sorted(p["variant_vs_project"] for p in pairs)[1])
+    assert report["median_against_ratio"] == pytest.approx(statistics.median(p["against_ratio"] for p in pairs))
+    assert report["median_variant_vs_project"] == pytest.approx(statistics.median(p["variant_vs_project"] for p in pairs))
     assert "variant:   python ppo_atari_envpool.py" in result.stdout and "--kl-sample 16" in result.stdout
     assert f"x{report['median_variant_vs_project']:.3f}" in result.stdout.splitlines()[-1]
 
@@ -116,6 +116,7 @@ def test_purejaxrl_driver_passes_the_sizes_and_drops_brax(tmp_path):
     (["--variant", ""], "--variant must name flags"),
     (["--variant", "--kl-sample '16"], "--variant \"--kl-sample '16\": No closing quotation"),
     (["--against", ""], "--against must name a git revision"),
+    (["--against", "HEAD", "--variant", "--kl-sample 16"], "--pairs must be at least 4 with --against and --variant"),
 ])
 def test_bad_input_stops_before_any_run(tmp_path, args, text):
     base = {"--reference": str(STAND_IN), "--bench": "ppo_atari", **dict(zip(TINY[::2], TINY[1::2]))}
