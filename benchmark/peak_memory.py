@@ -17,6 +17,9 @@ import time
 from common import script_at, start_copy
 
 
+OBSERVATION = {"ppo_procgen_envpool": 64 * 64 * 3}  # values a frame; the Atari scripts' 4 x 84 x 84 otherwise
+
+
 def peak_gib(script, args, source=None):
     """(peak RSS in GiB, seconds) of one run of a copy of `script` (its output goes to this terminal)."""
     start = time.time()
@@ -47,7 +50,7 @@ def main():
         peak, seconds = peak_gib(opts.script, args, source)
         print(f"{opts.script} {name} {opts.num_envs} envs x {opts.num_steps} steps {' '.join(map(str, opts.extra))}, "
               f"one iteration in {seconds:.0f} s on {machine}: peak RSS {peak:.2f} GiB (float32 observations alone "
-              f"would take {batch * 4 * 84 * 84 * 4 / 2**30:.1f} GiB)", flush=True)
+              f"would take {batch * OBSERVATION.get(opts.script, 4 * 84 * 84) * 4 / 2**30:.1f} GiB)", flush=True)
 
 
 if __name__ == "__main__":
