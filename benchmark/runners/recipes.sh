@@ -7,8 +7,8 @@
 # run does k times fewer iterations, and bigger-minibatch k times fewer minibatch steps), base 8 envs x 128 steps
 # with 8 minibatches of 128 (Table 2: 32 of 16,384; 8 keep the base's and more-minibatches' 62.5k minibatch steps a
 # seed near com_eps.sh's 31k), scaled k = 16 to 128 envs by more-minibatches (128 minibatches of 128) and by
-# bigger-minibatch (8 of 2,048); the base runs once. Not yet timed (about 1-2 x com_eps.sh's time by the count of
-# minibatch steps). Until 2026-11-27: 3 seeds, 100 iterations each (the scaled runs saw 4x the samples), base 32
+# bigger-minibatch (8 of 2,048); the base runs once. Measured 2026-11-27: 85 minutes on 2 workers (AMD EPYC), about 60 of
+# them beside other work. Until 2026-11-27: 3 seeds, 100 iterations each (the scaled runs saw 4x the samples), base 32
 # envs, k = 4, the base run under both recipes. SCALE=gpu (fixed 2026-11-27 later, before any run; until then
 # 2026-11-25's unsized 1024 -> 4096 envs, 80 iterations, 3 seeds): Kinetix locomotion at Table 2, 5 seeds, every run 2^29 =
 # 536,870,912 steps (the base's 1,024 iterations), base 2048 envs x 256 steps with 32 minibatches, k = 16 to 32,768
