@@ -12,7 +12,8 @@ metrics of ppo_atari_envpool.py, uint8 rollout storage, and the number of Montez
 Departures from CleanRL's ppo_rnd_envpool, each OpenAI's RND (Burda et al., 2019) instead: vf_coef 1.0
 (CleanRL 0.5), no episodic life (a life lost does not end the episode), and the intrinsic-reward filter
 runs over time within each env (CleanRL's `.T` runs it over the envs of one step). The observation
-normaliser is updated in torch on the device (CleanRL: a float64 numpy copy of the batch).
+normaliser is updated in torch on the device, from float64 sums over chunks of the batch (CleanRL: a float64
+numpy copy of the whole batch).
 
 Runs survive preemption as ppo_atari_envpool.py's do: --save-every / --resume checkpoints (networks,
 Adam, every RNG, the observation and reward normalisers, the reward filter, the rooms seen, counters),
@@ -398,16 +399,25 @@ class RunningMeanStd:
 
 
 class FrameRunningMeanStd(RunningMeanStd):
-    """RunningMeanStd of uint8 frames on the device: the batch's moments in torch float32, the running ones in float64."""
+    """RunningMeanStd of uint8 frames on the device, in float64 like the numpy one."""
 
     def __init__(self, shape, device):
         self.mean = torch.zeros(shape, dtype=torch.float64, device=device)
         self.var = torch.ones(shape, dtype=torch.float64, device=device)
         self.count = 1e-4
 
-    def update(self, frames):
-        x = frames.float()
-        self.update_from_moments(x.mean(0).double(), x.var(0, unbiased=False).double(), x.shape[0])
+    def update(self, frames, chunk=1024):
+        """One batch's moments (`frames`: a tensor of frames, or a list of tensors that together are the batch) from
+        float64 sums over chunks, exact for uint8 values (a float copy of the whole batch would double the rollout's
+        memory: 3.4 GiB more at 1,024 envs x 128 steps)."""
+        total, squares, count = torch.zeros_like(self.mean), torch.zeros_like(self.var), 0
+        for part in (piece for batch in (frames if isinstance(frames, list) else [frames]) for piece in batch.split(chunk)):
+            x = part.double()
+            total += x.sum(0)
+            squares += x.square().sum(0)
+            count += len(part)
+        mean = total / count
+        self.update_from_moments(mean, (squares / count - mean.square()).clamp_(min=0), count)
 
     def stats(self):
         """(mean, std) in float32, for `normalise_frame`; taken once per rollout / update, not per step."""
@@ -789,11 +799,12 @@ def main(args):
     else:
         print(f"initialising the observation normaliser with {args.num_iterations_obs_norm_init * args.num_steps} random-action steps per env")
         for _ in range(args.num_iterations_obs_norm_init):
-            frames = []
+            frames = []  # each step's newest frame, copied: a view would keep envpool's whole 4-frame array alive
             for _ in range(args.num_steps):
                 next_obs, _, _, _, info = envs.step(np.random.randint(0, num_actions, size=(args.num_envs,)))
-                frames.append(torch.as_tensor(next_obs[:, 3:4], device=device))
-            obs_rms.update(torch.cat(frames))
+                frames.append(torch.as_tensor(next_obs[:, 3:4].copy(), device=device))
+            obs_rms.update(frames)
+            del frames
     checkpoint_dir = f"runs/{run_name}/checkpoints"
     last_checkpoint = args.resume
 

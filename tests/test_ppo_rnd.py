@@ -37,15 +37,24 @@ def test_running_mean_std_matches_numpy_on_the_concatenated_data(rnd):
 
 
 def test_frame_normaliser_on_the_device_matches_numpys_float64(rnd):
-    """The observation normaliser (torch, batch moments in float32) against the numpy RunningMeanStd in float64."""
+    """The observation normaliser (torch, the batch moments from chunked float64 sums) against the numpy RunningMeanStd in
+    float64, with batches that span several chunks and one of a single constant frame."""
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, 256, size=(n, 1, 84, 84), dtype=np.uint8) for n in (64, 3, 512, 1)]
+    batches.insert(2, np.full((7, 1, 84, 84), 255, dtype=np.uint8))  # a batch with no variance at all
     reference, frames = rnd.RunningMeanStd(shape=(1, 84, 84)), rnd.FrameRunningMeanStd((1, 84, 84), torch.device("cpu"))
     for batch in batches:
         reference.update(batch.astype(np.float64))
-        frames.update(torch.as_tensor(batch))
-    np.testing.assert_allclose(frames.mean.numpy(), reference.mean, rtol=1e-6)
-    np.testing.assert_allclose(frames.var.numpy(), reference.var, rtol=1e-5)
+        frames.update(torch.as_tensor(batch), chunk=100)  # 512 frames: 6 chunks, the last of 12
+        assert (frames.var >= 0).all()
+    listed = rnd.FrameRunningMeanStd((1, 84, 84), torch.device("cpu"))  # a batch given as a list of its pieces
+    for batch in batches:
+        listed.update([torch.as_tensor(piece) for piece in np.array_split(batch, 3)])
+    np.testing.assert_allclose(listed.mean.numpy(), frames.mean.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(listed.var.numpy(), frames.var.numpy(), rtol=1e-12)
+    assert listed.count == pytest.approx(frames.count)
+    np.testing.assert_allclose(frames.mean.numpy(), reference.mean, rtol=1e-10)
+    np.testing.assert_allclose(frames.var.numpy(), reference.var, rtol=1e-10)
     assert frames.count == pytest.approx(reference.count)
 
 

@@ -6,7 +6,6 @@ import json
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
