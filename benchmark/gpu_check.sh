@@ -11,10 +11,11 @@
 #   torch       the torch scripts compiled: cuda_smoke.sh's --compile --cudagraphs runs of the four, then
 #               vs_reference.py --bench ppo_atari --steady at TORCH_ENVS (default 8) envs x 128 steps, 16 iterations a
 #               budget: CleanRL's script, the project's eager and, as --variant, compiled with CUDA graphs (CLEANRL: a
-#               CleanRL checkout; on the machine without a network, envpool, tensordict and envpool's Atari ROMs
-#               (ENVPOOL_ASSETS_PATH) come with the kit). 4 iterations a budget were too few on an H200: the compiled
-#               side's trace-and-capture time varied by more than 8 iterations' steps. At 16, scaled from that run's
-#               whole processes, the cold runs and 3 pairs take about 15 minutes at 8 envs: give it LIMIT_S=900+
+#               CleanRL checkout; on the machine without a network, envpool and tensordict come as the kit's
+#               wheels and envpool's Atari ROMs from gpu_envpool_assets.sh, through ENVPOOL_ASSETS_PATH). 4 iterations
+#               a budget were too few on an H200: the compiled side's trace-and-capture time varied by more than 8
+#               iterations' steps. At 16, scaled from that run's whole processes, the cold runs and 3 pairs take
+#               about 15 minutes at 8 envs: more than one 10-minute device call (LIMIT_S=900+)
 #   sizing      what SCALE=gpu's grids are sized from: run_seconds.py, whole processes of ppo_ewma_jax.py on
 #               Breakout-MinAtar with 10 seeds packed (the atari10 runners' configs 8 x 128, 32 x 32, 32 x 128), and
 #               jax_steps_per_second.py on locomotion at Table 2 with 5 seeds packed (the stagnation runners')
