@@ -3,8 +3,9 @@ scripts, in a Python that sees envpool but none of its asset packages (as on a G
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
+
+import envpool
 
 from benchmark.common import ROOT
 
@@ -15,7 +16,7 @@ def test_atari_runs_on_the_kept_assets_alone(tmp_path):
                    env=dict(os.environ, PYTHON=sys.executable))
     site = tmp_path / "site"  # this site-packages less envpool's asset packages
     site.mkdir()
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+    for entry in Path(envpool.__file__).parents[1].iterdir():
         if not entry.name.startswith("envpool_assets"):
             (site / entry.name).symlink_to(entry)
     check = ("import envpool\n"
