@@ -46,7 +46,6 @@ def test_frame_normaliser_on_the_device_matches_numpys_float64(rnd):
     for batch in batches:
         reference.update(batch.astype(np.float64))
         frames.update(torch.as_tensor(batch), chunk=100)  # 512 frames: 6 chunks, the last of 12
-        assert (frames.var >= 0).all()
     listed = rnd.FrameRunningMeanStd((1, 84, 84), torch.device("cpu"))  # a batch given as a list of its pieces
     for batch in batches:
         listed.update([torch.as_tensor(piece) for piece in np.array_split(batch, 3)])
