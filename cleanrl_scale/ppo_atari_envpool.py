@@ -626,14 +626,8 @@ def main(args):
     if args.track:
         import wandb
 
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args),
+                   name=run_name, save_code=True)
     writer = SummaryWriter(f"runs/{run_name}")
     writer.add_text(
         "hyperparameters",
@@ -657,7 +651,8 @@ def main(args):
     # iteration would recompile the optimizer step
     compiled = args.compile or args.cudagraphs
     lr = torch.tensor(args.learning_rate, device=device) if compiled else args.learning_rate
-    optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=args.cudagraphs and not args.compile)
+    fused = {} if compiled else {"fused": True}  # eager: one kernel for all parameters (a CPU's default loops)
+    optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=args.cudagraphs and not args.compile, **fused)
 
     # rollout storage; observations stay uint8 and are converted per minibatch. With channels_last networks they are
     # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy);
@@ -679,9 +674,11 @@ def main(args):
     start_iteration, global_step = 0, 0
     if checkpoint:
         agent.load_state_dict(checkpoint["agent"])
-        for group in checkpoint["optimizer"]["param_groups"]:  # as this run steps (a checkpoint of an eager run, or
-            group["capturable"] = args.cudagraphs and not args.compile  # of a compiled one on CUDA, may say otherwise)
+        for group in checkpoint["optimizer"]["param_groups"]:  # step as this run does (fused or capturable): a
+            group.update({k: v for k, v in optimizer.param_groups[0].items() if k != "params"})  # checkpoint may differ
         optimizer.load_state_dict(checkpoint["optimizer"])
+        for param, state in optimizer.state.items():  # the moments in their parameter's layout (a CUDA run's are
+            state.update({k: torch.empty_like(param).copy_(v) for k, v in state.items() if k != "step"})  # not channels_last)
         optimizer.param_groups[0]["lr"] = lr  # this run's flag, not the saved one (annealing sets it anew)
         start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
         recent_returns.extend(checkpoint["recent_returns"])

@@ -755,7 +755,8 @@ def main(args):
     # iteration would recompile the optimizer step
     compiled = args.compile or args.cudagraphs
     lr = torch.tensor(args.learning_rate, device=device) if compiled else args.learning_rate
-    optimizer = optim.Adam(combined_parameters, lr=lr, eps=1e-5, capturable=args.cudagraphs and not args.compile)
+    fused = {} if compiled else {"fused": True}  # eager: one kernel for all parameters (a CPU's default loops)
+    optimizer = optim.Adam(combined_parameters, lr=lr, eps=1e-5, capturable=args.cudagraphs and not args.compile, **fused)
     obs_rms = FrameRunningMeanStd((1, 84, 84), device)
     reward_rms = RunningMeanStd()
     discounted_reward = RewardForwardFilter(args.int_gamma)
@@ -786,9 +787,11 @@ def main(args):
     if checkpoint:
         agent.load_state_dict(checkpoint["agent"])
         rnd_model.load_state_dict(checkpoint["rnd_model"])
-        for group in checkpoint["optimizer"]["param_groups"]:  # as this run steps (a checkpoint of an eager run, or
-            group["capturable"] = args.cudagraphs and not args.compile  # of a compiled one on CUDA, may say otherwise)
+        for group in checkpoint["optimizer"]["param_groups"]:  # step as this run does (fused or capturable): a
+            group.update({k: v for k, v in optimizer.param_groups[0].items() if k != "params"})  # checkpoint may differ
         optimizer.load_state_dict(checkpoint["optimizer"])
+        for param, state in optimizer.state.items():  # the moments in their parameter's layout (a CUDA run's are
+            state.update({k: torch.empty_like(param).copy_(v) for k, v in state.items() if k != "step"})  # not channels_last)
         optimizer.param_groups[0]["lr"] = lr  # this run's flag, not the saved one (annealing sets it anew)
         norms = checkpoint["normalisers"]
         obs_rms.mean, obs_rms.var, obs_rms.count = norms["obs"][0].to(device), norms["obs"][1].to(device), norms["obs"][2]

@@ -571,8 +571,10 @@ def main(args):
     # iteration would recompile the optimizer step
     compiled = args.compile or args.cudagraphs
     lr = torch.tensor(args.learning_rate, device=device) if compiled else args.learning_rate
-    optimizer = OPTIMIZERS[args.optimizer](q_network.parameters(), lr=lr,
-                                           **({"capturable": True} if args.cudagraphs and not args.compile else {}))
+    # eager: Adam's fused kernel, one for all parameters (a CPU's default loops over them); RAdam has none
+    speed = {"capturable": True} if args.cudagraphs and not args.compile else {"fused": True} if (
+        args.optimizer == "adam" and not compiled) else {}
+    optimizer = OPTIMIZERS[args.optimizer](q_network.parameters(), lr=lr, **speed)
 
     # rollout storage; observations stay uint8. With channels_last networks they are stored channels innermost, so a
     # minibatch gathered from them is in the network's layout already (no copy); allocated in that layout (a copy
@@ -592,9 +594,11 @@ def main(args):
     start_iteration, global_step = 0, 0
     if checkpoint:
         q_network.load_state_dict(checkpoint["q_network"])
-        for group in checkpoint["optimizer"]["param_groups"]:  # as this run steps (a checkpoint of an eager run, or
-            group["capturable"] = args.cudagraphs and not args.compile  # of a compiled one on CUDA, may say otherwise)
+        for group in checkpoint["optimizer"]["param_groups"]:  # step as this run does (fused or capturable): a
+            group.update({k: v for k, v in optimizer.param_groups[0].items() if k != "params"})  # checkpoint may differ
         optimizer.load_state_dict(checkpoint["optimizer"])
+        for param, state in optimizer.state.items():  # the moments in their parameter's layout (a CUDA run's are
+            state.update({k: torch.empty_like(param).copy_(v) for k, v in state.items() if k != "step"})  # not channels_last)
         optimizer.param_groups[0]["lr"] = lr  # this run's flag, not the saved one (annealing sets it anew)
         start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
         recent_returns.extend(checkpoint["recent_returns"])

@@ -33,9 +33,12 @@ RESUMABLE = ["--total-timesteps", "640", "--dynamics-every", "2", "--save-every"
 # at the dormant threshold (ppo_rnd), the losses within 1e-5. So the parameters are compared as a whole network,
 # against the size of one iteration's update, and the unit counts within a unit or two.
 COMPILED = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool"]
-COUNTS = {"dynamics/dormant_pct": 0.5, "dynamics/dormant_pct_critic": 0.5, "dynamics/feature_rank": 2,
-          "dynamics/feature_rank_critic": 2}  # atol of the metrics that count units: half a percentage point (1-9 units
-# of the scripts' 200-1,760) and 2 ranks
+# atol (beside rtol 1e-4) of the metrics that count units: half a percentage point (1-9 units of the scripts'
+# 200-1,760) and 2 ranks; and of PPO's policy loss, a mean of terms of both signs near 0: eager Adam's fused kernel and
+# the compiled step round apart, 1.4e-6 at -5e-4 in ppo_procgen_envpool's second iteration, as much as eager fused and
+# eager unfused Adam do (1.1e-6, measured); every other tag 1e-6
+ATOL = {"dynamics/dormant_pct": 0.5, "dynamics/dormant_pct_critic": 0.5, "dynamics/feature_rank": 2,
+        "dynamics/feature_rank_critic": 2, "losses/policy_loss": 1e-5}
 NETWORKS = {"ppo_atari_envpool": ["agent"], "pqn_atari": ["q_network"], "ppo_rnd": ["agent", "rnd_model"],
             "ppo_procgen_envpool": ["agent"]}  # the networks' keys in a checkpoint
 TIMINGS = ("charts/SPS", "charts/first_iteration_seconds")  # wall times: never the same twice
@@ -96,10 +99,18 @@ def test_saving_the_coverage_states_changes_no_logged_value(uninterrupted, tmp_p
 
 
 def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
-    """Every event after the checkpoint (iteration 2, step 256), at the same steps, every tag: the same values."""
+    """Every event after the checkpoint (iteration 2, step 256), at the same steps, every tag: the same values. The
+    checkpoint's Adam moments are made contiguous first, as a CUDA run saves them: the CPU run's conv weights are
+    channels_last, and Adam's fused CPU kernel reads a moment by the memory order of its parameter."""
     script, ((run_dir, _), _) = uninterrupted
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter_2.pt", "iter_4.pt", "iter_5.pt"]
-    result, _ = run_ok(script, RESUMABLE + ["--resume", run_dir / "checkpoints" / "iter_2.pt"], tmp_path)
+    saved = torch.load(run_dir / "checkpoints" / "iter_2.pt", weights_only=False)
+    moments = [v for state in saved["optimizer"]["state"].values() for k, v in state.items() if k != "step"]
+    assert any(not v.is_contiguous() for v in moments)  # channels_last, as the run left them
+    saved["optimizer"]["state"] = {i: {k: v.contiguous() for k, v in state.items()}
+                                   for i, state in saved["optimizer"]["state"].items()}
+    torch.save(saved, tmp_path / "iter_2.pt")
+    result, _ = run_ok(script, RESUMABLE + ["--resume", tmp_path / "iter_2.pt"], tmp_path)
     assert "resuming" in result.stdout and "fresh episodes" in result.stdout and "flags changed" not in result.stdout
     resumed = logged(run_dirs(tmp_path)[0])
     assert [step for step, _ in resumed["losses/grad_norm"]] == [384, 512, 640]  # iterations 3, 4, 5
@@ -111,7 +122,7 @@ def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
 @pytest.mark.parametrize("script", COMPILED)
 def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script, tmp_path):
     """--compile (torch.compile, as LeanRL): over 2 iterations of one epoch the compiled run logs what the eager run
-    logs (rtol 1e-4, atol 1e-6; unit counts within COUNTS) and ends within 5% of one iteration's update of the eager
+    logs (rtol 1e-4, atol ATOL's or 1e-6) and ends within 5% of one iteration's update of the eager
     run's parameters (each network's whole norm); resumed from its iteration-2 checkpoint, compiled again, it
     continues exactly. TorchInductor compiled every function the script hands it: its cache (this test's own) holds
     a graph for each, and the eager run wrote none."""
@@ -129,7 +140,7 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
     # charts/ddr = batch / losses/approx_kl: a KL near 0 (1e-5 to 1e-12 here) makes it ill-conditioned, and the KL
     # itself, that small, is within atol 1e-6 whatever it is: neither says much at 2 iterations
     apart = [tag for tag in sorted(set(eager) - set(TIMINGS) - {"charts/ddr"})
-             if not np.allclose(compiled[tag][:2], eager[tag][:2], rtol=1e-4, atol=COUNTS.get(tag, 1e-6), equal_nan=True)]
+             if not np.allclose(compiled[tag][:2], eager[tag][:2], rtol=1e-4, atol=ATOL.get(tag, 1e-6), equal_nan=True)]
     assert not apart, {tag: (eager[tag][:2], compiled[tag][:2]) for tag in apart}
     runs = {name: run_dirs(tmp_path / name)[0] for name in ("eager", "compiled")}
     saved = {(name, i): torch.load(run / "checkpoints" / f"iter_{i}.pt", weights_only=False)
@@ -148,6 +159,11 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
                            tmp_path / "crossed")
     assert "resuming" in crossed.stdout and len(logs["charts/learning_rate"]) == 1
     assert logs["charts/learning_rate"][0] == pytest.approx(eager["charts/learning_rate"][2], rel=1e-6)
+    # each steps with its own kernels whatever the checkpoint says: eager fused (Adam), compiled the compiled step
+    def fused(name, i):
+        saved = torch.load(run_dirs(tmp_path / name)[0] / "checkpoints" / f"iter_{i}.pt", weights_only=False)
+        return bool(saved["optimizer"]["param_groups"][0]["fused"])
+    assert fused("eager", 1) and not fused("compiled", 1) and not fused("crossed", 3)
 
 
 @pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_rnd"])
