@@ -1256,7 +1256,7 @@ def resolve_fuse_iterations(args, device=None):
         intervals = [every for every in (evals, args.save_every) if every]
         args.fuse_iterations = min([filling_iterations(args, device), args.num_iterations] + intervals)
     if args.unroll == 0:  # only where a call holds several iterations of small batches: there the loop trips cost (on
-        # an H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: README)
+        # an H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: docs/ppo_ewma_jax.md)
         small = args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device]
         args.unroll = UNROLL[device] if small and args.fuse_iterations > 1 else 1
     return args
@@ -1338,7 +1338,7 @@ def main(args, stop):
             f"PPO-EWMA: COM {args.ewma_com:g} minibatch steps against {steps} minibatch steps per iteration, over which "
             f"PPO's proximal policy lags by (steps - 1) / 2 = {(steps - 1) / 2:g} on average (COM / lag = "
             f"{args.ewma_com / max((steps - 1) / 2, 0.5):.2g}). A COM far below that lag lets the policy move far from the "
-            "behaviour policy within one iteration: watch losses/approx_kl and losses/entropy (README, PPO-EWMA)."
+            "behaviour policy within one iteration: watch losses/approx_kl and losses/entropy (docs/ppo_ewma_jax.md, PPO-EWMA)."
         )
     if args.track:
         import wandb

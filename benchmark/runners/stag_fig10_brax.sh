@@ -2,7 +2,7 @@
 # Stagnation Fig. 10 (§5): Singla et al. (2024) train PPO on Isaac Gym with 24,576 envs and a minibatch of 4 x N_envs
 # = 98,304; the paper's recipe (keep the minibatch size and learning rate, add minibatches) puts it back to Isaac Gym's
 # default 16,384 and PPO improves. Isaac Gym does not install from PyPI; here Brax's Ant and Humanoid with
-# ppo_ewma_jax.py's standard PPO and PureJaxRL's Brax recipe otherwise (lr 3e-4, 4 epochs, normalisation; README,
+# ppo_ewma_jax.py's standard PPO and PureJaxRL's Brax recipe otherwise (lr 3e-4, 4 epochs, normalisation; docs/ppo_ewma_jax.md,
 # "Continuous control"), 16 steps per rollout, 3 seeds, 2e9 steps per run (a fixed budget), at 24,576 envs and at
 # 6,144 (Fig. 10's "more amenable to additional parallelisation": the gain should grow with N_envs).
 #   bigger_minibatch (the recipe off, Singla et al.'s rule): minibatch 4 x N_envs (24,576 and 98,304: 4 minibatches);
