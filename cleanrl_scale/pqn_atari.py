@@ -571,9 +571,9 @@ def main(args):
     # iteration would recompile the optimizer step
     compiled = args.compile or args.cudagraphs
     lr = torch.tensor(args.learning_rate, device=device) if compiled else args.learning_rate
-    # eager: Adam's fused kernel, one for all parameters (a CPU's default loops over them); RAdam has none
-    speed = {"capturable": True} if args.cudagraphs and not args.compile else {"fused": True} if (
-        args.optimizer == "adam" and not compiled) else {}
+    speed = {"capturable": True} if args.cudagraphs and not args.compile else {}
+    if args.optimizer == "adam" and not compiled:  # eager: one kernel for all parameters (RAdam has none)
+        speed = {"fused": True}
     optimizer = OPTIMIZERS[args.optimizer](q_network.parameters(), lr=lr, **speed)
 
     # rollout storage; observations stay uint8. With channels_last networks they are stored channels innermost, so a
