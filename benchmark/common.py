@@ -17,6 +17,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "cleanrl_scale"
+# Args fields that cannot change what a run learns: left out of a run's identity (benchmark/launch.py) and of the
+# configs the analysis tells apart (benchmark/configs.py). Checkpoints and logging; the states saved for the coverage
+# metric (no random number is drawn for them); speed (compilation, fused and unrolled loops); the process layout of a
+# run that spans several processes (the scripts train alike on any device split). tests/test_identity_flags.py holds
+# it against what the scripts themselves count as not changing learning.
+NON_IDENTITY = ("save_every", "keep_checkpoints", "track", "wandb_project_name", "wandb_entity", "coverage_samples",
+                "coverage_every", "fuse_iterations", "unroll", "compile_cache", "compile", "cudagraphs", "distributed",
+                "coordinator_address", "num_processes", "process_id", "num_devices")
 
 
 def load_script(name):
@@ -96,8 +104,9 @@ def run_dirs(workdir):
     return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.exists() else []
 
 
-def read_run(run_dir):
-    """({tag: [ScalarEvent(wall_time, step, value)]}, {tag: [text]}) of a run's TensorBoard event files."""
+def read_tensorboard_run(run_dir):
+    """({tag: [ScalarEvent(wall_time, step, value)]}, {tag: [text]}) of one TensorBoard run (a script's runs/<run>),
+    through TensorBoard's own reader."""
     ea = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
     ea.Reload()
     scalars = {tag: ea.Scalars(tag) for tag in ea.Tags()["scalars"]}
@@ -143,7 +152,7 @@ def update_wall_times(name, args, extra_env=None):
         result = run_copy(name, args, tmp, extra_env=extra_env)
         if result.returncode:
             raise SystemExit(f"{name} failed:\n{result.stderr[-3000:]}")
-        scalars, _ = read_run(run_dirs(tmp)[0])
+        scalars, _ = read_tensorboard_run(run_dirs(tmp)[0])
     return [e.wall_time for e in scalars["charts/SPS"]], launched
 
 

@@ -32,18 +32,18 @@ declare -A FLAGS=(
   [ppo_procgen_envpool]="--num-envs 8 --num-steps 32 --total-timesteps 1024 --num-minibatches 4 --update-epochs 2 ${DYN[*]} --num-levels 10 --eval-every 2 --eval-episodes 2"
   [ppo_ewma_jax]="--env-id SpaceInvaders-MinAtar --num-envs 64 --num-steps 32 --num-minibatches 4 --update-epochs 2 --total-timesteps 8192 --ewma-com 2 --dynamics-every 2"
   [ppo_ewma_jax_locomotion]="--env-size s --num-morphologies 8 --num-envs 64 --num-steps 16 --num-minibatches 2 --update-epochs 2 --total-timesteps 4096 --eval-every 2"
-  [ppo_ewma_jax_brax]="--env-id ant --num-envs 256 --num-minibatches 4 --total-timesteps 10240 --ewma-com 2 --dynamics-every 2 --save-every 2"
+  [ppo_ewma_brax]="--env-id ant --num-envs 256 --num-minibatches 4 --total-timesteps 10240 --ewma-com 2 --dynamics-every 2 --save-every 2"
   [ppo_atari_envpool_compiled]="--num-envs 8 --num-steps 64 --total-timesteps 2048 --update-epochs 2 ${DYN[*]} --compile --cudagraphs"
   [pqn_atari_compiled]="--num-envs 8 --num-steps 32 --total-timesteps 1024 --update-epochs 2 ${DYN[*]} --compile --cudagraphs"
   [ppo_rnd_compiled]="--num-envs 8 --num-steps 32 --total-timesteps 1024 --update-epochs 2 ${DYN[*]} --num-iterations-obs-norm-init 1 --compile --cudagraphs"
   [ppo_procgen_envpool_compiled]="--num-envs 8 --num-steps 32 --total-timesteps 1024 --num-minibatches 4 --update-epochs 2 ${DYN[*]} --num-levels 10 --eval-every 2 --eval-episodes 2 --compile --cudagraphs"
   [ppo_kinetix_sfl]="--model transformer --env-size s --num-envs 64 --num-steps 16 --num-minibatches 4 --update-epochs 1 --sfl-num-candidates 64 --sfl-update-period 2 --sfl-buffer-size 16 --sfl-rollout-length 16 --num-eval-levels 8 --eval-num-attempts 2 --level-filter-pool 16 --total-timesteps 4096 --eval-every 2 --save-every 2"
 )
-ORDER=(${ONLY:-ppo_atari_envpool pqn_atari ppo_rnd ppo_procgen_envpool ppo_ewma_jax ppo_ewma_jax_locomotion ppo_ewma_jax_brax ppo_kinetix_sfl})
+ORDER=(${ONLY:-ppo_atari_envpool pqn_atari ppo_rnd ppo_procgen_envpool ppo_ewma_jax ppo_ewma_jax_locomotion ppo_ewma_brax ppo_kinetix_sfl})
 failed=0
 printf '%-26s %8s %6s %8s\n' script seconds tags points
 for name in "${ORDER[@]}"; do
-  script="${name%_locomotion}"; script="${script%_brax}"; script="${script%_compiled}"  # the same scripts otherwise run
+  script="${name%_locomotion}"; script="${script%_compiled}"  # the same scripts otherwise run
   dir="$OUT_DIR/$name"; mkdir -p "$dir"
   start=$(date +%s%N)
   # shellcheck disable=SC2086

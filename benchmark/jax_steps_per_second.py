@@ -1,4 +1,5 @@
-"""Training steps/s of ppo_ewma_jax.py vs random-action stepping of the same vmapped environment.
+"""Training steps/s of ppo_ewma_jax.py (or ppo_ewma_brax.py, for a Brax --env-id) vs random-action stepping of the same
+vmapped environment.
 
 Each repeat, in this one process on this one machine: (1) the environment's limit: a jitted
 `lax.scan` of --num-steps random-action steps of the script's own vmapped environment (same
@@ -15,48 +16,57 @@ actions of one seed's envs).
 import argparse
 import time
 
+import gymnax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from common import jax_machine, load_script, repeat_and_report, update_wall_times
 
-SCRIPT = "ppo_ewma_jax"
+def script_of(env_id):
+    """The script that trains env_id: ppo_ewma_jax.py (Kinetix locomotion, gymnax) or ppo_ewma_brax.py (Brax)."""
+    return "ppo_ewma_jax" if env_id == "locomotion" or env_id in gymnax.registered_envs else "ppo_ewma_brax"
 
 
-def random_action_sps(module, args, scans):
+def env_functions(module, args):
+    """(reset(keys), step(keys, state, action) -> (obs, state, reward, ...), random action(key)) of the script's env."""
     env = module.make_env(args)
+    if not hasattr(env, "sample_levels"):  # ppo_ewma_brax.py: uniform in the action bounds
+        return env.reset, env.step, lambda key: jax.random.uniform(key, (args.num_envs, env.action_size), minval=-1.0, maxval=1.0)
     levels = jax.jit(env.sample_levels)(jax.random.PRNGKey(args.seed))
     dims = jnp.asarray(env.action_dims)
     ids = jnp.arange(args.num_envs) % args.num_morphologies
+    return (lambda keys: env.reset(keys, levels, ids), lambda keys, state, action: env.step(keys, state, action, levels, ids),
+            lambda key: jax.random.randint(key, (args.num_envs, len(env.action_dims)), 0, dims))
+
+
+def random_action_sps(module, args, scans):
+    reset, step, random_action = env_functions(module, args)
 
     @jax.jit
-    def rollout(state, rng, levels, ids):
+    def rollout(state, rng):
         def body(state, rng):
             k_action, k_env = jax.random.split(rng)
-            if env.continuous:  # uniform in the action bounds
-                action = jax.random.uniform(k_action, (args.num_envs, env.action_dims[0]), minval=-1.0, maxval=1.0)
-            else:
-                action = jax.random.randint(k_action, (args.num_envs, len(env.action_dims)), 0, dims)
-            _, state, reward, *_ = env.step(jax.random.split(k_env, args.num_envs), state, action, levels, ids)
+            _, state, reward, *_ = step(jax.random.split(k_env, args.num_envs), state, random_action(k_action))
             return state, reward.sum()
 
         return jax.lax.scan(body, state, jax.random.split(rng, args.num_steps))
 
-    _, state = jax.jit(env.reset)(jax.random.split(jax.random.PRNGKey(0), args.num_envs), levels, ids)
+    _, state = jax.jit(reset)(jax.random.split(jax.random.PRNGKey(0), args.num_envs))
     for warmup in range(2):  # compiles for the reset state, then once more for the stepped state's (non-weak) types
-        state, _ = jax.block_until_ready(rollout(state, jax.random.PRNGKey(warmup), levels, ids))
+        state, _ = jax.block_until_ready(rollout(state, jax.random.PRNGKey(warmup)))
     start = time.perf_counter()
     for i in range(scans):
-        state, rewards = rollout(state, jax.random.PRNGKey(2 + i), levels, ids)
+        state, rewards = rollout(state, jax.random.PRNGKey(2 + i))
     jax.block_until_ready(rewards)
     return scans * args.num_steps * args.num_envs / (time.perf_counter() - start)
 
 
-def train_sps(flags, iterations, batch):
+def train_sps(script, flags, iterations, batch):
     # one iteration a call, so that each has its own TensorBoard wall time
     # cold: the first iteration's time is the compilation's (the script's persistent cache is on by default)
-    ends, launched = update_wall_times(SCRIPT, [*flags, "--total-timesteps", batch * iterations, "--eval-every", 0,
+    evaluation = ["--eval-every", 0] if "--env-size" in flags else []  # locomotion's: no evaluation
+    ends, launched = update_wall_times(script, [*flags, "--total-timesteps", batch * iterations, *evaluation,
                                                 "--fuse-iterations", 1, "--no-compile-cache"])
     return batch / float(np.median(np.diff(ends))), ends[0] - launched
 
@@ -64,8 +74,8 @@ def train_sps(flags, iterations, batch):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env-id", default="locomotion")
-    parser.add_argument("--env-size", default="m")
-    parser.add_argument("--num-morphologies", type=int, default=512)
+    parser.add_argument("--env-size", default="m", help="locomotion only")
+    parser.add_argument("--num-morphologies", type=int, default=512, help="locomotion only")
     parser.add_argument("--num-envs", type=int, default=512)
     parser.add_argument("--num-steps", type=int, default=32)
     parser.add_argument("--iterations", type=int, default=6, help="training iterations per repeat")
@@ -74,17 +84,19 @@ def main():
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("extra", nargs="*", help="further flags for the script, after --")
     opts = parser.parse_args()
-    module = load_script(SCRIPT)
-    flags = ["--env-id", opts.env_id, "--env-size", opts.env_size, "--num-morphologies", opts.num_morphologies,
+    script = script_of(opts.env_id)
+    module = load_script(script)
+    locomotion = dict(env_size=opts.env_size, num_morphologies=opts.num_morphologies) if opts.env_id == "locomotion" else {}
+    flags = ["--env-id", opts.env_id, *[x for k, v in locomotion.items() for x in (f"--{k.replace('_', '-')}", v)],
              "--num-envs", opts.num_envs, "--num-steps", opts.num_steps, *opts.extra]
-    args = module.resolve_args(module.Args(env_id=opts.env_id, env_size=opts.env_size, num_morphologies=opts.num_morphologies,
-                                           num_envs=opts.num_envs, num_steps=opts.num_steps, num_minibatches=1))
+    args = module.resolve_args(module.Args(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps,
+                                           num_minibatches=1, **locomotion))
     seeds = int(opts.extra[opts.extra.index("--num-seeds") + 1]) if "--num-seeds" in opts.extra else 1
     batch = opts.num_envs * opts.num_steps
 
     def measure():
         raw = random_action_sps(module, args, opts.scans)
-        train, first = train_sps(flags, opts.iterations, batch)
+        train, first = train_sps(script, flags, opts.iterations, batch)
         train *= seeds  # summed over the seeds one process trains (--num-seeds after --)
         # the ratio per seed: the random-action rate is of one seed's envs
         return {"raw_sps": raw, "train_sps": train, "ratio": train / seeds / raw, "first_iteration_s": first}

@@ -11,9 +11,9 @@ Run identity. Every run's command is parsed with the script's own `Args` (tyro) 
 own `resolve_args` before anything runs: a bad flag stops the launch with one line and exit status 2.
 A run's identity is the canonical form of its fully resolved command -- every field of `Args`
 (defaults filled in, the budget included), sorted -- less the fields that cannot change what is
-learned (NON_IDENTITY). Its directory name is a readable part (script, env, the grid's flags, seed)
-and a short hash of that identity, so `--num-steps 128` given or left at its default, or flags given
-in another order, are the same run, and a pilot at another budget is another run.
+learned (benchmark/common.py's NON_IDENTITY). Its directory name is a readable part (script, env,
+the grid's flags, seed) and a short hash of that identity, so `--num-steps 128` given or left at its
+default, or flags given in another order, are the same run, and a pilot at another budget is another run.
 
 Run store. Runs live in `--store` (default `<out-dir>/runs`), one directory per identity with its
 `command.json`, `stdout.log` (earlier attempts: `stdout.log.1`, ...), the script's TensorBoard runs
@@ -21,7 +21,7 @@ under `runs/` and `done.json` or `failed.json`; `<out-dir>/runs/<run>` links to 
 store, so a run that belongs to several figures runs once. Membership is recorded before anything
 runs, so the analysis can list what is missing.
 
-Seeds packed. Runs of ppo_ewma_jax.py that differ only in consecutive seeds train in one process (--num-seeds, a
+Seeds packed. Runs of ppo_ewma_jax.py and ppo_ewma_brax.py that differ only in consecutive seeds train in one process (--num-seeds, a
 vmap over seeds) while their batches are small (--seeds-per-process: 0 up to 8 within 262,144 transitions an
 iteration, K up to K, 1 never); each keeps its directory, TensorBoard run and status.
 
@@ -77,15 +77,10 @@ from filelock import FileLock, Timeout
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "cleanrl_scale"
 sys.path.insert(0, str(ROOT))
-from benchmark.common import load_script  # noqa: E402
+from benchmark.common import NON_IDENTITY, load_script  # noqa: E402
 
-# Args fields that cannot change what a run learns: left out of its identity
-# (nor the process layout of a run that spans several processes: the scripts train alike on any device split)
-NON_IDENTITY = ("save_every", "keep_checkpoints", "track", "wandb_project_name", "wandb_entity", "distributed", "coordinator_address",
-                "num_processes", "process_id", "coverage_samples", "coverage_every", "fuse_iterations", "unroll",
-                "compile_cache", "compile", "cudagraphs")
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
-PACKABLE = ("ppo_ewma_jax",)  # scripts whose --num-seeds trains seeds --seed.. in one process, a run each
+PACKABLE = ("ppo_ewma_jax", "ppo_ewma_brax")  # scripts whose --num-seeds trains seeds --seed.. in one process, a run each
 PACK_SEEDS, PACK_TRANSITIONS = 8, 262_144  # --seeds-per-process 0: up to 8 seeds, up to 262,144 transitions an iteration
 BAD_INPUT, REQUEUE = 2, 75  # the scripts' exit status for bad flags; "preempted, checkpointed: requeue me"
 # a run stopped, not failed: it said so (75; 130 after a Ctrl-C, checkpointed too), or a SIGTERM / SIGINT ended it
@@ -189,7 +184,7 @@ def resolved_copy(script, args, strict=True):
 def identity(script, resolved):
     """(fields, short hash) of a run: every field of its Args after the script's own resolve_args (defaults and
     derived values filled in: `--num-minibatches 32` given or left to default is one run), but NON_IDENTITY."""
-    fields = {k: v for k, v in sorted(dataclasses.asdict(resolved).items()) if k not in NON_IDENTITY + ("num_devices",)}
+    fields = {k: v for k, v in sorted(dataclasses.asdict(resolved).items()) if k not in NON_IDENTITY}
     canonical = json.dumps({"script": script, "args": fields}, sort_keys=True, default=str)
     return json.loads(canonical)["args"], hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
@@ -252,7 +247,7 @@ def expand(opts, grid):
         if opts.fixed_budget:
             args.total_timesteps = opts.total_timesteps
         elif opts.iterations and "total_timesteps" in fields:
-            pass  # below, for each env: the batch may depend on it (ppo_ewma_jax.py's Brax defaults)
+            pass  # below, for each env: the batch is checked with it
         elif opts.iterations:
             args.num_steps = opts.iterations
         if opts.save_every and "save_every" in fields and "--save-every" not in flags:
@@ -756,7 +751,7 @@ def build_parser():
                              "(not part of a run's identity; 0: the script's own default)")
     parser.add_argument("--workers", type=int, default=1, help="local runs at once")
     parser.add_argument("--seeds-per-process", type=int, default=0,
-                        help="scripts with --num-seeds (ppo_ewma_jax): runs that differ only in consecutive seeds train "
+                        help="scripts with --num-seeds (ppo_ewma_jax, ppo_ewma_brax): runs that differ only in consecutive seeds train "
                              "in one process, up to this many (0: up to 8 while the pack's batches stay within 262,144 "
                              "transitions; 1: a process a run); each keeps its own run directory")
     parser.add_argument("--retries", type=int, default=0, help="re-runs of a failed run (bad input, exit 2, is never retried)")

@@ -30,7 +30,8 @@ import time
 
 import numpy as np
 
-from common import ROOT, jax_machine, load_script, read_run, repeat_and_report, run_dirs, script_at, update_wall_times
+from common import (ROOT, jax_machine, load_script, read_tensorboard_run, repeat_and_report, run_dirs, script_at,
+                    update_wall_times)
 
 SCRIPT = "ppo_kinetix_sfl"
 
@@ -163,7 +164,7 @@ def first_update(opts):
             while True:  # the run is long: stop it once its first update is logged
                 time.sleep(5)
                 runs = run_dirs(tmp)
-                scalars = read_run(runs[0])[0] if runs else {}
+                scalars = read_tensorboard_run(runs[0])[0] if runs else {}
                 if "charts/SPS" in scalars or process.poll() is not None:
                     break
             process.kill()

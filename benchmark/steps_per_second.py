@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from common import load_script, read_run, repeat_and_report, run_copy, run_dirs, script_at
+from common import load_script, read_tensorboard_run, repeat_and_report, run_copy, run_dirs, script_at
 
 
 def raw_env_sps(module, env_id, num_envs, calls):
@@ -47,7 +47,7 @@ def train_sps(script, env_id, num_envs, num_steps, iterations, dynamics_every, e
         result = run_copy(script, args, tmp, source=source)
         if result.returncode:
             raise SystemExit(f"{script} failed:\n{result.stderr[-3000:]}")
-        scalars, _ = read_run(run_dirs(tmp)[0])
+        scalars, _ = read_tensorboard_run(run_dirs(tmp)[0])
     ends = [e.wall_time for e in scalars["charts/SPS"]]
     durations = np.diff(ends)  # iterations 2..n
     iters = np.arange(2, iterations + 1)

@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import SCRIPTS, describe_machine, read_run, run_dirs, script_at
+from common import SCRIPTS, describe_machine, read_tensorboard_run, run_dirs, script_at
 
 # Text edits a CleanRL envpool script needs on envpool 1.2.5 + gymnasium 1.4 (gym is not installed; envpool's
 # gymnasium API returns (obs, info) from reset and a 5-tuple from step; gymnasium 1.x wrappers no longer forward
@@ -212,7 +212,7 @@ def timed_run(argv, workdir, copy_from, cache=None, first=False):
                          f"{result.stderr[-3000:]}")
     if first:
         (run,) = run_dirs(workdir)
-        first = read_run(run)[0]["charts/SPS"][0].wall_time - launched
+        first = read_tensorboard_run(run)[0]["charts/SPS"][0].wall_time - launched
     return seconds, first or None
 
 

@@ -1,4 +1,4 @@
-"""PPO and PPO-EWMA in JAX on Kinetix locomotion and Brax continuous control: the analysis tool of the stagnation paper.
+"""PPO and PPO-EWMA in JAX on Kinetix locomotion and gymnax: the analysis tool of the stagnation paper.
 
 "Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel Environments":
 - PPO's outer loop as stochastic optimisation (§3): every iteration logs the size of the policy
@@ -10,11 +10,8 @@
   the ratio pi / pi_behav bounded by --imp-samp-max in both terms, and the EWMA's bias correction;
 - the environment of §3-4 and App. A: 512 procedurally generated Jax2D morphologies from Kinetix's
   locomotion distribution, Table 2's hyper-parameters, `charts/solve_rate` over all morphologies;
-  any discrete-action gymnax env (e.g. CartPole-v1) for quick checks;
-- continuous control at massive parallelism in place of the papers' Isaac Gym (stagnation Fig. 10, the data-collection
-  rebuttal's N_envs study): Brax's environments (`--env-id ant`, `humanoid`, ...) with PureJaxRL's continuous PPO
-  (`ppo_continuous_action.py`): a Gaussian policy with a state-independent log-std, actions clipped to [-1, 1] by the
-  environment, running observation and return normalisation, and PureJaxRL's Brax hyper-parameters by default;
+  any discrete-action gymnax env (MinAtar, CartPole-v1, ...) with the same defaults (continuous control: Brax, in
+  ppo_ewma_brax.py);
 - the scaling recipes of §5 / App. D; checkpoints that can be resumed with a new COM or clip
   epsilon (Fig. 3a);
 - the learning-dynamics metrics of the data-collection paper (App. B: feature rank, dormant %, weight
@@ -25,8 +22,6 @@ PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches,
 them scanned in one call (at small batches a call's host cost outweighs an iteration's compute); the
 host loop logs a call's stacked metrics while the next call runs, evaluates and checkpoints.
 """
-import contextlib
-import io
 import json
 import math
 import os
@@ -36,7 +31,6 @@ import sys
 import threading
 import time
 import traceback
-import warnings
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, fields
@@ -61,20 +55,10 @@ from tqdm import tqdm
 
 RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 ENV_SIZES = ("s", "m", "l")
-BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
-BRAX_EPISODE_LENGTH = 1000  # Brax's EpisodeWrapper length, as PureJaxRL's BraxGymnaxWrapper and Brax's own PPO use
 # flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
-STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend",
-                    "num_seeds")
-# The defaults that depend on the environment (an unset flag below takes its suite's value):
-# Kinetix locomotion and gymnax: the stagnation paper's Table 2 (Jax2D locomotion column);
-# Brax: PureJaxRL's ppo_continuous_action.py config (the papers' Isaac Gym runs give no values for another suite)
-SUITE_DEFAULTS = {
-    "table2": dict(total_timesteps=500_000_000, num_steps=256, gamma=0.995, gae_lambda=0.9, update_epochs=8,
-                   ent_coef=0.01, num_layers=3),
-    "brax": dict(total_timesteps=50_000_000, num_steps=10, gamma=0.99, gae_lambda=0.95, update_epochs=4,
-                 ent_coef=0.0, num_layers=2),
-}
+STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers", "activation", "num_seeds")
+# Kinetix locomotion's own flags, at their defaults: another env has no use for them, and refuses a value given
+LOCOMOTION_FLAGS = {"env_size": "m", "num_morphologies": 512, "eval_every": 10}
 # --fuse-iterations 0: iterations per jitted call until a call trains on this many transitions. Below it a call's
 # fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute: on a 2-core CPU
 # 32,768 transitions take ~0.5-1 s; a GPU trains them in a few milliseconds and needs ~64 times more per call.
@@ -103,48 +87,37 @@ class Args:
 
     # Environment
     env_id: str = "locomotion"
-    """`locomotion` (Kinetix's procedural locomotion morphologies), a discrete-action gymnax id such as CartPole-v1, or
-    a Brax environment (continuous actions): ant, humanoid, halfcheetah, hopper, walker2d, ..."""
+    """`locomotion` (Kinetix's procedural locomotion morphologies) or a discrete-action gymnax id such as
+    SpaceInvaders-MinAtar or CartPole-v1"""
     env_size: str = "m"  # the paper does not name one; m (Kinetix's medium size) is this project's choice
-    """Kinetix static size of the locomotion levels: s, m or l"""
+    """Kinetix static size of the locomotion levels: s, m or l (locomotion only)"""
     num_morphologies: int = 512
-    """number of locomotion levels, sampled once from --seed; each episode starts on one of them at random"""
+    """number of locomotion levels, sampled once from --seed; each episode starts on one of them at random
+    (locomotion only)"""
     eval_every: int = 10
     """evaluate `charts/solve_rate` on every morphology every this many iterations (0 = never; locomotion only)"""
-    brax_backend: str = "positional"
-    """Brax's physics pipeline: positional (PureJaxRL's choice), generalized, spring or mjx (Brax envs only)"""
-    brax_fresh_starts: bool = False
-    """each Brax episode from a new random start state, as Isaac Gym re-randomises at every reset (Brax's auto-reset,
-    PureJaxRL's and the default, restarts each env from its own first state: N_envs distinct start states)"""
-    norm_obs: bool = True
-    """normalise observations by running mean and variance over all envs' steps (PureJaxRL's NormalizeVecObservation;
-    Brax envs only)"""
-    norm_reward: bool = True
-    """divide rewards by the running standard deviation of the discounted return (PureJaxRL's NormalizeVecReward;
-    Brax envs only); episodic returns are logged unscaled"""
 
-    # Algorithm specific arguments (stagnation paper, Table 2, Jax2D locomotion column; a flag left unset takes its
-    # suite's value from SUITE_DEFAULTS: Table 2 for locomotion and gymnax, PureJaxRL's for Brax)
-    total_timesteps: Optional[int] = None  # the paper gives no budget for locomotion; 5e8 is this project's choice
-    """total environment steps of the experiment (default 5e8; Brax 5e7)"""
+    # Algorithm specific arguments (stagnation paper, Table 2, Jax2D locomotion column)
+    total_timesteps: int = 500_000_000  # the paper gives no budget for locomotion; 5e8 is this project's choice
+    """total environment steps of the experiment"""
     learning_rate: float = 3e-4
     """the learning rate of the optimizer (lr0 of a scaling recipe)"""
     anneal_lr: bool = False  # Table 2 lists a plain Adam learning rate
     """Toggle linear learning rate annealing to 0"""
     num_envs: int = 2048
     """the number of parallel environments"""
-    num_steps: Optional[int] = None
-    """the number of steps to run in each environment per policy rollout (default 256; Brax 10)"""
-    gamma: Optional[float] = None
-    """the discount factor gamma (default 0.995; Brax 0.99)"""
-    gae_lambda: Optional[float] = None
-    """the lambda for the general advantage estimation (default 0.9; Brax 0.95)"""
+    num_steps: int = 256
+    """the number of steps to run in each environment per policy rollout"""
+    gamma: float = 0.995
+    """the discount factor gamma"""
+    gae_lambda: float = 0.9
+    """the lambda for the general advantage estimation"""
     num_minibatches: Optional[int] = None
     """the number of mini-batches (default 32, or derived from --minibatch-size or the recipe)"""
     minibatch_size: int = 0
     """the mini-batch size (0 = derive it from --num-minibatches)"""
-    update_epochs: Optional[int] = None
-    """the K epochs to update the policy (default 8; Brax 4)"""
+    update_epochs: int = 8
+    """the K epochs to update the policy"""
     norm_adv: bool = True
     """Toggles advantages normalization (per minibatch)"""
     clip_coef: float = 0.2
@@ -153,16 +126,16 @@ class Args:
     """Toggles whether or not to use a clipped loss for the value function"""
     vf_clip_coef: Optional[float] = None
     """the value clipping range (unset = follow --clip-coef, as Kinetix and CleanRL do); set it to sweep epsilon alone"""
-    ent_coef: Optional[float] = None
-    """coefficient of the entropy (default 0.01; Brax 0)"""
+    ent_coef: float = 0.01
+    """coefficient of the entropy"""
     vf_coef: float = 0.5
     """coefficient of the value function"""
     max_grad_norm: float = 0.5
     """the maximum norm for the gradient clipping"""
     hidden_size: int = 256
     """width of the actor's and the critic's MLP"""
-    num_layers: Optional[int] = None
-    """hidden layers of the actor's and the critic's MLP (default 3; Brax 2)"""
+    num_layers: int = 3
+    """hidden layers of the actor's and the critic's MLP"""
     activation: str = "tanh"  # PureJaxRL's; the data-collection paper's networks (Nature CNN, IMPALA) are ReLU
     """the hidden layers' nonlinearity, tanh or relu (a ReLU unit that never fires is exactly 0, a tanh unit only near
     0: dormant neurons, data-collection App. B.2, are a ReLU network's failure)"""
@@ -303,33 +276,6 @@ def read_checkpoint(path):
     return meta, leaves
 
 
-def import_brax_envs():
-    """brax.envs, imported on first use, without the "Failed to import warp" lines MuJoCo's MJX prints to stdout when
-    the optional warp package is absent (Brax's own backends do not use it)."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        from brax import envs
-    return envs
-
-
-def brax_env_ids():
-    """The environments Brax registers (ant, humanoid, ...); brax is imported only when an id is not Kinetix's or gymnax's."""
-    brax_envs = import_brax_envs()
-
-    return tuple(brax_envs._envs)  # Brax's registry (get_environment / register_environment read and write it)
-
-
-def env_suite(env_id):
-    """`locomotion`, `gymnax` or `brax`; BadFlag for an id of none of them."""
-    if env_id == "locomotion":
-        return "locomotion"
-    if env_id in gymnax.registered_envs:
-        return "gymnax"
-    if env_id in brax_env_ids():
-        return "brax"
-    raise BadFlag(f"--env-id must be `locomotion`, a gymnax id such as CartPole-v1 or a Brax environment "
-                  f"({', '.join(brax_env_ids())}) (got {env_id!r})")
-
-
 def check_runs_directory():
     """runs/ in the working directory must be a directory this process can write: checked before any compute."""
     if os.path.lexists("runs") and not os.path.isdir("runs"):
@@ -347,10 +293,9 @@ def resolve_args(args):
     for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
         if getattr(args, flag):
             raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
-    suite = env_suite(args.env_id)
-    for flag, value in SUITE_DEFAULTS["brax" if suite == "brax" else "table2"].items():
-        if getattr(args, flag) is None:
-            setattr(args, flag, value)
+    if args.env_id != "locomotion" and args.env_id not in gymnax.registered_envs:
+        raise BadFlag(f"--env-id must be `locomotion` or a gymnax id such as CartPole-v1 (got {args.env_id!r}; Brax's "
+                      "continuous control: ppo_ewma_brax.py)")
     for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "num_morphologies", "hidden_size", "num_layers",
                  "dynamics_batch", "num_seeds"):
         if getattr(args, flag) <= 0:
@@ -388,35 +333,17 @@ def resolve_args(args):
         raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
     if args.activation not in ACTIVATIONS:
         raise BadFlag(f"--activation must be one of {', '.join(ACTIVATIONS)} (got {args.activation!r})")
-    if suite == "locomotion":
+    if args.env_id == "locomotion":
         if args.env_size not in ENV_SIZES:
             raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
-    elif suite == "gymnax":
+    else:
         env, env_params = gymnax.make(args.env_id)
         if not isinstance(env.action_space(env_params), gymnax.environments.spaces.Discrete):
-            raise BadFlag(f"--env-id {args.env_id}: gymnax's continuous-action envs are not supported; use a Brax "
-                          "environment for continuous control")
-    elif args.brax_backend not in BRAX_BACKENDS:
-        raise BadFlag(f"--brax-backend must be one of {', '.join(BRAX_BACKENDS)} (got {args.brax_backend!r})")
-    else:  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
-        import mujoco
-        brax_envs = import_brax_envs()
-
-        previous = mujoco.get_mju_user_warning()
-        mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
-        try:
-            with warnings.catch_warnings():  # Brax's notice that it is no longer maintained: said once, by make_env
-                warnings.simplefilter("ignore")
-                brax_envs.get_environment(args.env_id, backend=args.brax_backend)
-        except ValueError as e:
-            raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
-        finally:
-            mujoco.set_mju_user_warning(previous)
-    if suite != "brax":  # Brax's flags left at their defaults elsewhere: a value given would be silently unused
-        for flag, default in (("brax_backend", "positional"), ("brax_fresh_starts", False), ("norm_obs", True),
-                              ("norm_reward", True)):
+            raise BadFlag(f"--env-id {args.env_id}: gymnax's continuous-action envs are not supported; ppo_ewma_brax.py "
+                          "trains continuous control")
+        for flag, default in LOCOMOTION_FLAGS.items():  # a value given would be silently unused
             if getattr(args, flag) != default:
-                raise BadFlag(f"--{flag.replace('_', '-')} applies to Brax environments only (--env-id {args.env_id})")
+                raise BadFlag(f"--{flag.replace('_', '-')} applies to --env-id locomotion only (got --env-id {args.env_id})")
     args.batch_size = args.num_envs * args.num_steps
     if args.scaling_recipe != "none":
         if args.num_minibatches is not None or args.minibatch_size:
@@ -470,7 +397,6 @@ def resolve_args(args):
             raise BadFlag(f"--resume {args.resume}: no such file")
         try:
             meta, _ = read_checkpoint(args.resume)
-            meta.get("args", {}).setdefault("brax_backend", "positional")  # checkpoints from before the flag: no Brax
             meta.get("args", {}).setdefault("num_seeds", 1)  # nor --num-seeds
             meta.get("args", {}).setdefault("activation", "tanh")  # nor --activation
             missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
@@ -496,7 +422,7 @@ def resolve_args(args):
 
 
 # ---------------------------------------------------------------------------------------------
-# Environments: a unified vmapped interface over Kinetix locomotion, gymnax and Brax
+# Environments: one vmapped interface over Kinetix locomotion and gymnax
 # ---------------------------------------------------------------------------------------------
 class EnvFns(NamedTuple):
     sample_levels: callable  # rng -> levels (a pytree with a leading num_morphologies axis, or a dummy)
@@ -505,81 +431,12 @@ class EnvFns(NamedTuple):
     # environment's own reward, summed into the logged episodic return)
     step: callable
     obs_dim: int
-    action_dims: tuple  # discrete: categories of each action dimension (one categorical each); continuous: (size,)
+    action_dims: tuple  # categories of each action dimension (one categorical each)
     max_episode_steps: int
-    continuous: bool = False  # Gaussian actions in [-1, 1]
-    raw_obs: callable = None  # state -> its observations before normalisation (Brax), the coverage states
-
-
-class RunningStats(NamedTuple):
-    """Running mean and variance over every env's values so far (PureJaxRL's NormalizeVec* wrappers)."""
-    mean: jnp.ndarray
-    var: jnp.ndarray
-    count: jnp.ndarray
-
-    @classmethod
-    def start(cls, shape=()):
-        return cls(jnp.zeros(shape), jnp.ones(shape), jnp.asarray(1e-4, jnp.float32))
-
-    def update(self, batch):
-        """Merge the statistics of a batch (its first axis: the envs): Chan et al.'s parallel update, as PureJaxRL."""
-        batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
-        delta = batch_mean - self.mean
-        total = self.count + batch_count
-        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
-        return RunningStats(self.mean + delta * batch_count / total, m2 / total, total)
-
-
-class BraxState(NamedTuple):
-    env: object  # Brax's State (its EpisodeWrapper's step count and AutoResetWrapper's first state inside)
-    obs_stats: RunningStats
-    return_stats: RunningStats
-    discounted_return: jnp.ndarray  # per env, what return_stats sees
-
-
-def make_brax_env(args):
-    """A Brax environment as PureJaxRL's ppo_continuous_action.py wraps it (BraxGymnaxWrapper, ClipAction,
-    NormalizeVecObservation, NormalizeVecReward): episodes of BRAX_EPISODE_LENGTH steps, auto-reset (Brax's
-    AutoResetWrapper: an env restarts from its own first state), actions clipped to [-1, 1], observations normalised by
-    the running statistics after this step's update, rewards divided by the running std of the discounted return.
-    The statistics live in the env state, so checkpoints keep them."""
-    brax_envs = import_brax_envs()
-
-    env = brax_envs.create(args.env_id, episode_length=BRAX_EPISODE_LENGTH, auto_reset=True, backend=args.brax_backend)
-
-    def normalise(obs, stats):
-        return (obs - stats.mean) / jnp.sqrt(stats.var + 1e-8) if args.norm_obs else obs
-
-    def reset(keys, levels, ids):
-        state = jax.vmap(env.reset)(keys)
-        obs_stats = RunningStats.start(env.observation_size).update(state.obs)
-        return normalise(state.obs, obs_stats), BraxState(state, obs_stats, RunningStats.start(), jnp.zeros(len(keys)))
-
-    def step(keys, state, action, levels, ids):
-        env_state = jax.vmap(env.step)(state.env, jnp.clip(action, -1.0, 1.0))
-        done = env_state.done > 0.5  # ended or cut at BRAX_EPISODE_LENGTH (both end the return, as in PureJaxRL)
-        if args.brax_fresh_starts:  # where an episode ended, a new random start in place of the env's first one
-            fresh = jax.vmap(env.reset)(keys)
-            new = lambda f, s: jnp.where(done.reshape(done.shape + (1,) * (s.ndim - 1)), f, s)
-            env_state = env_state.replace(pipeline_state=jax.tree.map(new, fresh.pipeline_state, env_state.pipeline_state),
-                                          obs=new(fresh.obs, env_state.obs))
-        obs_stats = state.obs_stats.update(env_state.obs)
-        discounted_return = state.discounted_return * args.gamma * (1 - done) + env_state.reward
-        return_stats = state.return_stats.update(discounted_return)
-        reward = env_state.reward / jnp.sqrt(return_stats.var + 1e-8) if args.norm_reward else env_state.reward
-        state = BraxState(env_state, obs_stats, return_stats, discounted_return)
-        return normalise(env_state.obs, obs_stats), state, reward, done, jnp.zeros_like(done), env_state.reward
-
-    # coverage (App. B.7) measures the spread of the states visited: the raw observations, not ones divided by their
-    # own running spread
-    return EnvFns(lambda rng: jnp.zeros(1), reset, step, env.observation_size, (env.action_size,),
-                  BRAX_EPISODE_LENGTH, continuous=True, raw_obs=(lambda state: state.env.obs) if args.norm_obs else None)
 
 
 def make_env(args):
     """Vmapped reset/step; episodes auto-reset, a locomotion episode onto a random one of the morphologies."""
-    if env_suite(args.env_id) == "brax":
-        return make_brax_env(args)
     if args.env_id == "locomotion":
         from kinetix.environment.env import make_kinetix_env
         from kinetix.environment.env_state import EnvParams
@@ -629,7 +486,7 @@ def make_env(args):
 
 
 # ---------------------------------------------------------------------------------------------
-# Network; the multi-categorical policy (one categorical per action dimension) and the Gaussian one
+# Network; the multi-categorical policy (one categorical per action dimension)
 # ---------------------------------------------------------------------------------------------
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 
@@ -674,72 +531,6 @@ def entropy(logp):
 def kl_divergence(logp_p, logp_q):
     """Exact KL(p || q) of two multi-categorical policies."""
     return (jnp.exp(logp_p) * (logp_p - logp_q)).sum((-2, -1))
-
-
-# The Gaussian policy of continuous actions, PureJaxRL's (ppo_continuous_action.py: distrax.MultivariateNormalDiag of
-# the actor's output and a state-independent log-std initialised at 0). A distribution is (..., 2, A): the mean and
-# the log-std of each of the A action dimensions.
-class GaussianActor(nn.Module):
-    hidden_size: int
-    num_layers: int
-    action_size: int
-    activation: str = "tanh"
-
-    @nn.compact
-    def __call__(self, x, with_hidden=False):
-        mean, hidden = MLP(self.hidden_size, self.num_layers, self.action_size, 0.01, self.activation)(x, True)
-        log_std = self.param("log_std", nn.initializers.zeros, (self.action_size,))
-        dist = jnp.stack([mean, jnp.broadcast_to(log_std, mean.shape)], axis=-2)
-        return (dist, hidden) if with_hidden else dist
-
-
-def gaussian_sample(key, dist):
-    """An action drawn from N(mean, std^2) per dimension (unclipped: the environment clips it, so its log-prob is exact)."""
-    return dist[..., 0, :] + jnp.exp(dist[..., 1, :]) * jax.random.normal(key, dist[..., 0, :].shape)
-
-
-def gaussian_log_prob(dist, action):
-    """log N(action; mean, diag(std^2)), summed over the action dimensions."""
-    mean, log_std = dist[..., 0, :], dist[..., 1, :]
-    return (-0.5 * ((action - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-
-
-def gaussian_entropy(dist):
-    return (dist[..., 1, :] + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
-
-
-def gaussian_kl(dist_p, dist_q):
-    """Exact KL(p || q) of two diagonal Gaussians: the sum over dimensions of
-    log(std_q / std_p) + (std_p^2 + (mean_p - mean_q)^2) / (2 std_q^2) - 1/2."""
-    mean_p, log_std_p, mean_q, log_std_q = dist_p[..., 0, :], dist_p[..., 1, :], dist_q[..., 0, :], dist_q[..., 1, :]
-    spread = (jnp.exp(2.0 * log_std_p) + (mean_p - mean_q) ** 2) / (2.0 * jnp.exp(2.0 * log_std_q))
-    return (log_std_q - log_std_p + spread - 0.5).sum(-1)
-
-
-def gaussian_policy_variance(dist):
-    """B.6 for continuous actions: the mean over action dimensions of the variance across states of the mean action
-    (the discrete definition averages Var_s[pi(a|s)] over the actions, a finite set a density does not have)."""
-    return dist[..., 0, :].var(axis=0).mean()
-
-
-class PolicyFns(NamedTuple):
-    """What the update does with a policy, for either family; a distribution is what `head` makes of the actor's
-    output (categorical: per-dimension log-probabilities (..., D, K); Gaussian: mean and log-std (..., 2, A))."""
-    head: callable  # actor output -> distribution
-    sample: callable  # (key, dist) -> action
-    log_prob: callable  # (dist, action) -> log pi(a|s)
-    entropy: callable  # dist -> entropy
-    kl: callable  # (dist_p, dist_q) -> exact KL(p || q)
-    variance: callable  # dists of a sample of states -> B.6's policy variance
-
-
-def policy_fns(env):
-    if env.continuous:
-        return PolicyFns(lambda out: out, gaussian_sample, gaussian_log_prob, gaussian_entropy, gaussian_kl,
-                         gaussian_policy_variance)
-    mask = action_mask(env.action_dims)
-    return PolicyFns(partial(log_policy, mask=mask), jax.random.categorical, log_prob, entropy, kl_divergence,
-                     partial(policy_variance, mask=mask))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -861,11 +652,10 @@ class Transition(NamedTuple):
     obs: jnp.ndarray
     action: jnp.ndarray
     logprob: jnp.ndarray
-    behav_dist: jnp.ndarray  # the behaviour policy's distribution at obs (PolicyFns), for the exact KL
+    behav_dist: jnp.ndarray  # the behaviour policy's log-probabilities at obs (..., D, K), for the exact KL
     value: jnp.ndarray
     reward: jnp.ndarray
     done: jnp.ndarray
-    raw_obs: jnp.ndarray = None  # the observation before normalisation, where the env normalises it (Brax)
 
 
 class RunnerState(NamedTuple):
@@ -896,14 +686,10 @@ def hyperparameters(args):
 
 def make_train(args, env):
     """(init, update, evaluate, learning-rate schedule) for these flags, PureJaxRL style."""
-    pi = policy_fns(env)
-    if env.continuous:
-        actor = GaussianActor(args.hidden_size, args.num_layers, env.action_dims[0], args.activation)
-    else:
-        actor = MLP(args.hidden_size, args.num_layers, int(action_mask(env.action_dims).size), 0.01, args.activation)
+    mask = action_mask(env.action_dims)
+    actor = MLP(args.hidden_size, args.num_layers, int(mask.size), 0.01, args.activation)
     critic = MLP(args.hidden_size, args.num_layers, 1, 1.0, args.activation)
     unroll = max(args.unroll, 1)  # (lax.scan would read 0, --unroll's "by the device", as "the whole loop")
-    updates_per_iteration = args.update_epochs * args.num_minibatches
     ewma = args.ewma_com is not None
     constants = hyperparameters(args)  # an update called without them: the flags as Python constants
 
@@ -921,8 +707,8 @@ def make_train(args, env):
     tx = optimizer(constants)  # its state's structure, for init
 
     def policy(actor_params, obs):
-        """The policy's distribution at obs."""
-        return pi.head(actor.apply(actor_params, obs))
+        """The policy's per-dimension log-probabilities at obs, (..., D, K)."""
+        return log_policy(actor.apply(actor_params, obs), mask)
 
     def value_fn(critic_params, obs):
         return critic.apply(critic_params, obs)[..., 0]
@@ -944,7 +730,7 @@ def make_train(args, env):
 
     def loss_fn(params, prox_logprob, mb, advantages, targets, h):
         dist = policy(params["actor"], mb.obs)
-        newlogprob = pi.log_prob(dist, mb.action)
+        newlogprob = log_prob(dist, mb.action)
         pg_loss, clipfrac, imp_samp_clipfrac = decoupled_policy_loss(newlogprob, prox_logprob, mb.logprob, advantages,
                                                                      h["clip_coef"], args.imp_samp_max)
         newvalue = value_fn(params["critic"], mb.obs)
@@ -953,7 +739,7 @@ def make_train(args, env):
             v_loss = 0.5 * jnp.maximum((newvalue - targets) ** 2, (v_clipped - targets) ** 2).mean()
         else:
             v_loss = 0.5 * ((newvalue - targets) ** 2).mean()
-        entropy_loss = pi.entropy(dist).mean()
+        entropy_loss = entropy(dist).mean()
         loss = pg_loss - h["ent_coef"] * entropy_loss + v_loss * h["vf_coef"]
         return loss, (pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac)
 
@@ -962,7 +748,7 @@ def make_train(args, env):
         mb, mb_advantages, mb_targets = minibatch
         if args.norm_adv:
             mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-        prox_logprob = pi.log_prob(policy(prox_params, mb.obs), mb.action) if ewma else mb.logprob
+        prox_logprob = log_prob(policy(prox_params, mb.obs), mb.action) if ewma else mb.logprob
         (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets, h)
         return grads, aux
 
@@ -973,19 +759,19 @@ def make_train(args, env):
         sample = jax.random.permutation(rng, args.batch_size)[: min(args.dynamics_batch, args.batch_size)]
         out, actor_hidden = actor.apply(params["actor"], obs[sample], True)
         _, critic_hidden = critic.apply(params["critic"], obs[sample], True)
-        dist = pi.head(out)
+        dist = log_policy(out, mask)
         return {
             "dynamics/weight_norm": weight_norm(params),
             "dynamics/feature_rank": feature_rank(actor_hidden[-1]).astype(jnp.float32),
             "dynamics/dormant_pct": dormant_percentage(actor_hidden, args.dormant_tau),
             "dynamics/feature_rank_critic": feature_rank(critic_hidden[-1]).astype(jnp.float32),
             "dynamics/dormant_pct_critic": dormant_percentage(critic_hidden, args.dormant_tau),
-            "dynamics/policy_variance": pi.variance(dist),
-            "dynamics/ess_pct": ess_percentage(jnp.exp(pi.log_prob(dist, action[sample]) - behav_logprob[sample])),
+            "dynamics/policy_variance": policy_variance(dist, mask),
+            "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(dist, action[sample]) - behav_logprob[sample])),
             "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
             # states for the coverage metric (App. B.7): the first --coverage-samples of the sample; the host fetches
             # and writes those of the --coverage-every iterations
-            "coverage/obs": (obs if batch.raw_obs is None else batch.raw_obs)[sample[: args.coverage_samples]].astype(jnp.float16),
+            "coverage/obs": obs[sample[: args.coverage_samples]].astype(jnp.float16),
             "coverage/features": actor_hidden[-1][: args.coverage_samples].astype(jnp.float16),
         }
 
@@ -1008,7 +794,7 @@ def make_train(args, env):
         def env_step(runner, _):
             rng, k_action, k_env, k_ids = jax.random.split(runner.rng, 4)
             dist = policy(runner.params["actor"], runner.obs)
-            action = pi.sample(k_action, dist)
+            action = jax.random.categorical(k_action, dist)
             value = value_fn(runner.params["critic"], runner.obs)
             obs, env_state, reward, done, solved, score = env.step(
                 jax.random.split(k_env, args.num_envs), runner.env_state, action, levels, runner.level_ids
@@ -1018,8 +804,7 @@ def make_train(args, env):
             # an env whose episode ended has just been reset onto runner.level_ids: draw its next one (locomotion)
             level_ids = jnp.where(done, random_level_ids(k_ids), runner.level_ids) if levelled else runner.level_ids
             stats = (done, episode_return * done, episode_length * done, solved)
-            transition = Transition(runner.obs, action, pi.log_prob(dist, action), dist, value, reward, done.astype(jnp.float32),
-                                    env.raw_obs(runner.env_state) if env.raw_obs else None)
+            transition = Transition(runner.obs, action, log_prob(dist, action), dist, value, reward, done.astype(jnp.float32))
             runner = runner._replace(env_state=env_state, obs=obs, level_ids=level_ids, rng=rng,
                                      episode_return=episode_return * (1 - done), episode_length=episode_length * (1 - done))
             return runner, (transition, stats)
@@ -1045,13 +830,12 @@ def make_train(args, env):
         # flattened once; the behaviour log-probs only feed the KL pass below, so they are not shuffled
         batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]),
                              (traj._replace(behav_dist=None), advantages, targets))
-        learned = (batch[0]._replace(raw_obs=None), *batch[1:])  # what minibatches gather (Brax's raw obs: coverage only)
 
         def update_epoch(carry, rng):
             # each minibatch gathers its rows of the batch where it is used: no shuffled copy of the whole batch
             permutation = jax.random.permutation(rng, args.batch_size)
             minibatch_rows = permutation.reshape(args.num_minibatches, args.minibatch_size)
-            return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], learned)),
+            return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], batch)),
                                 carry, minibatch_rows, unroll=unroll)
 
         rng, k_epochs = jax.random.split(runner.rng)
@@ -1066,14 +850,14 @@ def make_train(args, env):
                                 *operands)
         runner = runner._replace(params=params, opt_state=opt_state, prox_params=prox_params, ewma_weight=ewma_weight, rng=rng)
 
-        # KL(behaviour || updated policy) on the whole batch after the last epoch, exact (categoricals, Gaussians);
+        # KL(behaviour || updated policy) on the whole batch after the last epoch, exact (multi-categoricals);
         # DDR = transitions per iteration / that KL (stagnation §4.4). In chunks of at most KL_CHUNK states (a chunk a
         # minibatch or more: one forward pass for a small batch, where each extra pass costs kernel launches).
         def batch_kls(chunk):
             obs, behav_dist = chunk
             new_dist = policy(params["actor"], obs)
-            prox_kl = pi.kl(policy(prox_params, obs), new_dist).sum() if ewma else 0.0
-            return pi.kl(behav_dist, new_dist).sum(), prox_kl
+            prox_kl = kl_divergence(policy(prox_params, obs), new_dist).sum() if ewma else 0.0
+            return kl_divergence(behav_dist, new_dist).sum(), prox_kl
 
         num_chunks = next(c for c in range(1, args.num_minibatches + 1)
                           if args.num_minibatches % c == 0 and (args.batch_size // c <= KL_CHUNK or c == args.num_minibatches))

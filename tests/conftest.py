@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmark.common import finish, load_script, read_run, run_copy, run_dirs, start_copy  # noqa: E402,F401
+from benchmark.common import finish, load_script, read_tensorboard_run, run_copy, run_dirs, start_copy  # noqa: E402,F401
 
 
 # what the torch PPO scripts (ppo_atari_envpool, ppo_procgen_envpool) log every iteration, and their dynamics/ tags
@@ -21,7 +21,7 @@ PPO_DYNAMICS = ["dynamics/feature_rank", "dynamics/dormant_pct", "dynamics/weigh
 
 def read_values(run_dir):
     """({tag: [values]}, {tag: [texts]}) of a run."""
-    scalars, texts = read_run(run_dir)
+    scalars, texts = read_tensorboard_run(run_dir)
     return {tag: [e.value for e in events] for tag, events in scalars.items()}, texts
 
 
@@ -74,7 +74,7 @@ def pytest_collection_modifyitems(config, items):
 def assert_coverage(workdir, iterations, obs_shape, feature_dim, samples, relu=True):
     """The states a run saved for the coverage metric: `samples` of each measured iteration, the global step of
     each, the thumbnail shape, and penultimate features, finite (after a ReLU: >= 0)."""
-    from benchmark.analyze import read_coverage
+    from benchmark.coverage_metric import read_coverage
 
     records = read_coverage(workdir)
     assert records["iteration"].tolist() == [i for i in iterations for _ in range(samples)]

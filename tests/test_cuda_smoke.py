@@ -23,7 +23,7 @@ def smoke_flags():
     order = re.search(r"^ORDER=\(\$\{ONLY:-(.*)\}\)$", text, re.M).group(1).split()
     # every run defined is run, in the order given; the compiled runs (ONLY=...) apart, as gpu_check.sh's torch part does
     assert [name for name, _ in runs if not name.endswith("_compiled")] == order
-    return [(name, name.removesuffix("_locomotion").removesuffix("_brax").removesuffix("_compiled"),
+    return [(name, name.removesuffix("_locomotion").removesuffix("_compiled"),
              shlex.split(flags.replace("${DYN[*]}", dyn)) + ["--exp-name", "cuda_smoke"]) for name, flags in runs]
 
 

@@ -20,7 +20,7 @@ import pytest
 import scipy.stats
 import submitit
 
-from benchmark import analyze, launch
+from benchmark import analyze, configs, coverage_metric, events, launch, stats
 from benchmark.common import read_only
 from conftest import shared_runs
 
@@ -55,7 +55,7 @@ def launch_cli(argv, **kwargs):
 # ---------------------------------------------------------------------------------------------
 def test_iqm_is_the_mean_of_the_middle_half():
     scores = np.arange(1.0, 9.0).reshape(4, 2)  # 4 seeds x 2 games: the middle half is 3, 4, 5, 6
-    points, ci = analyze.iqm_estimates(list(scores.T), reps=200)
+    points, ci = stats.iqm_estimates(list(scores.T), reps=200)
     assert points[0] == pytest.approx(4.5) and points[1] == pytest.approx(4.5) and points[2] == pytest.approx(4.5)
     assert points[3] == pytest.approx(0.0)  # every score >= 1: no optimality gap
     assert 1 <= ci[0, 0] <= 4.5 <= ci[1, 0] <= 8
@@ -63,7 +63,7 @@ def test_iqm_is_the_mean_of_the_middle_half():
 
 def test_stratified_bootstrap_ci_collapses_when_seeds_agree_within_each_game():
     scores = np.array([[0.2, 0.4, 0.9]] * 5)  # resampling seeds within a game changes nothing
-    points, ci = analyze.iqm_estimates(list(scores.T), reps=200)
+    points, ci = stats.iqm_estimates(list(scores.T), reps=200)
     assert ci[0, 0] == pytest.approx(points[0]) == pytest.approx(ci[1, 0])
     assert points[3] == pytest.approx((0.8 + 0.6 + 0.1) / 3)  # mean of max(1 - x, 0)
 
@@ -72,23 +72,23 @@ def test_same_data_and_seed_give_the_same_cis_and_leave_numpy_alone():
     groups = list(np.random.default_rng(0).normal(size=(5, 3)).T)
     np.random.seed(123)
     state = np.random.get_state()[1].copy()
-    a = analyze.iqm_estimates(groups, reps=300, seed=7)
-    b = analyze.iqm_estimates(groups, reps=300, seed=7)
-    c = analyze.iqm_estimates(groups, reps=300, seed=8)
+    a = stats.iqm_estimates(groups, reps=300, seed=7)
+    b = stats.iqm_estimates(groups, reps=300, seed=7)
+    c = stats.iqm_estimates(groups, reps=300, seed=8)
     np.testing.assert_array_equal(a[1], b[1])
     assert not np.array_equal(a[1], c[1])
     np.testing.assert_array_equal(np.random.get_state()[1], state)  # the global generator is restored
     ragged = [groups[0][:3], groups[1], groups[2]]
-    np.testing.assert_array_equal(analyze.iqm_estimates(ragged, 300, seed=7)[1], analyze.iqm_estimates(ragged, 300, seed=7)[1])
+    np.testing.assert_array_equal(stats.iqm_estimates(ragged, 300, seed=7)[1], stats.iqm_estimates(ragged, 300, seed=7)[1])
 
 
 def test_ragged_statistics_are_rliables_on_complete_data():
     x = np.random.default_rng(1).gamma(2.0, 0.5, size=(6, 4))
-    np.testing.assert_allclose(analyze._ragged_metrics(list(x.T)), analyze._rliable_metrics(x), rtol=1e-12)
+    np.testing.assert_allclose(stats._ragged_metrics(list(x.T)), stats._rliable_metrics(x), rtol=1e-12)
     # the CIs of the two resamplers estimate the same interval
-    complete = analyze.iqm_estimates(list(x.T), reps=3000, seed=0)[1]
+    complete = stats.iqm_estimates(list(x.T), reps=3000, seed=0)[1]
     rng = np.random.default_rng(0)
-    boot = np.array([analyze._ragged_metrics([g[rng.integers(6, size=6)] for g in x.T]) for _ in range(3000)])
+    boot = np.array([stats._ragged_metrics([g[rng.integers(6, size=6)] for g in x.T]) for _ in range(3000)])
     np.testing.assert_allclose(np.percentile(boot, [2.5, 97.5], axis=0), complete, atol=0.05)
 
 
@@ -96,7 +96,7 @@ def test_a_missing_run_drops_nothing_else():
     """Pong seed 3 is missing: Breakout seed 3 still counts, and IQM is taken over the 5 runs that exist."""
     frame = pd.DataFrame({"env": ["Pong-v5"] * 2 + ["Breakout-v5"] * 3, "seed": [1, 2, 1, 2, 3],
                           "normalised": [0.1, 0.2, 0.5, 0.7, 0.9]})
-    out = analyze.estimate(frame, "normalised", "iqm", reps=200)
+    out = stats.estimate(frame, "normalised", "iqm", reps=200)
     assert out["iqm"] == pytest.approx(scipy.stats.trim_mean([0.1, 0.2, 0.5, 0.7, 0.9], 0.25))
     assert out["mean"] == pytest.approx((0.15 + 0.7) / 2)  # the mean of the per-game means, as rliable's
     assert out["median"] == pytest.approx((0.15 + 0.7) / 2)
@@ -104,7 +104,7 @@ def test_a_missing_run_drops_nothing_else():
 
 def test_mean_statistic_is_the_student_t_interval_over_seeds():
     frame = pd.DataFrame({"env": ["locomotion"] * 4, "seed": [1, 2, 3, 4], "v": [0.2, 0.4, 0.5, 0.9]})
-    out = analyze.estimate(frame, "v", "mean", reps=0)
+    out = stats.estimate(frame, "v", "mean", reps=0)
     half = scipy.stats.t.ppf(0.975, 3) * np.std([0.2, 0.4, 0.5, 0.9], ddof=1) / 2
     assert out["mean"] == pytest.approx(0.5) and out["mean_high"] - out["mean"] == pytest.approx(half)
 
@@ -114,24 +114,24 @@ def test_mean_statistic_is_the_student_t_interval_over_seeds():
     ("Qbert-v5", 163.9 + 13291.1 * 2, 2.0), ("DoubleDunk-v5", -17.5, 0.5), ("CartPole-v1", 123.0, 123.0),
 ])
 def test_human_normalisation(env, score, expected):
-    assert analyze.human_normalised(score, env) == pytest.approx(expected)
+    assert stats.human_normalised(score, env) == pytest.approx(expected)
 
 
 def test_downsample_keeps_few_steps_and_bins_many():
-    x, y = analyze.downsample(np.array([0, 10, 10, 20]), np.array([1.0, 2.0, 4.0, 5.0]), points=5)
+    x, y = events.downsample(np.array([0, 10, 10, 20]), np.array([1.0, 2.0, 4.0, 5.0]), points=5)
     np.testing.assert_array_equal(x, [0, 10, 20])
     np.testing.assert_array_equal(y, [1, 3, 5])
     steps = np.arange(1000)
-    x, y = analyze.downsample(steps, steps * 2.0, points=10)
+    x, y = events.downsample(steps, steps * 2.0, points=10)
     assert len(x) == 10 and x[0] == pytest.approx(49.5) and y[-1] == pytest.approx(2 * 949.5)
 
 
 def test_config_columns_are_the_fewest_that_tell_configs_apart():
     rows = [{"run": i, "env": "", "seed": 1, "num-envs": n, "num-steps": 1024 // n, "gamma": 0.99, "subrun": ""}
             for i, n in enumerate([1, 2, 4])]
-    assert analyze.config_columns(rows, ["num-envs", "num-steps"]) == ["num-envs"]  # num-steps follows from num-envs
+    assert configs.config_columns(rows, ["num-envs", "num-steps"]) == ["num-envs"]  # num-steps follows from num-envs
     rows.append({**rows[0], "run": 9, "num-steps": 128})
-    assert analyze.config_columns(rows, ["num-envs", "num-steps"]) == ["num-envs", "num-steps"]
+    assert configs.config_columns(rows, ["num-envs", "num-steps"]) == ["num-envs", "num-steps"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -162,12 +162,13 @@ def test_budgets_from_iterations_follow_the_scripts_own_batch(tmp_path, capsys):
                  "--dry-run", "--", "--num-envs", "32", "--num-steps", "16", "--base-num-envs", "16",
                  "--base-num-minibatches", "4", "--scaling-recipe", "more-minibatches"])
     assert "--total-timesteps 1536" in capsys.readouterr().out  # 3 x 32 x 16
-    # each env's own batch: ppo_ewma_jax.py's default rollout is 256 steps on gymnax and 10 on Brax (its suite defaults)
-    launch.main(["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "ant", "--iterations", "3", "--out-dir",
-                 str(tmp_path), "--dry-run", "--", "--num-envs", "32"])
-    lines = capsys.readouterr().out.splitlines()
-    assert [line.split("--total-timesteps ")[1].split()[0].rstrip(")") for line in lines if line.startswith("(cd ")] == \
-        ["24576", "960"]  # 3 x 32 x 256 and 3 x 32 x 10
+    # the script's own default rollout: ppo_ewma_jax.py's 256 steps (Table 2), ppo_ewma_brax.py's 10 (PureJaxRL's)
+    for script, env_id, total in (("ppo_ewma_jax", "CartPole-v1", "24576"), ("ppo_ewma_brax", "ant", "960")):
+        launch.main(["--script", script, "--env-ids", env_id, "--iterations", "3", "--out-dir", str(tmp_path), "--dry-run",
+                     "--", "--num-envs", "32"])
+        lines = capsys.readouterr().out.splitlines()
+        assert [line.split("--total-timesteps ")[1].split()[0].rstrip(")") for line in lines if line.startswith("(cd ")] == \
+            [total]  # 3 x 32 x 256, 3 x 32 x 10
     launch.main(["--script", "noisy_sgd", "--iterations", "7", "--out-dir", str(tmp_path), "--dry-run"])
     assert "--num-steps 7" in capsys.readouterr().out  # noisy_sgd: gradient steps
     launch.main(["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "--iterations", "1", "--out-dir", str(tmp_path),
@@ -271,7 +272,7 @@ def test_a_pack_trains_each_seed_into_its_own_run(tmp_path):
     (alone,) = (tmp_path / "alone" / "runs").iterdir()
     assert alone.name == dirs[1].name  # the same run
     tags = {"losses/value_loss", "charts/episodic_return"}
-    packed, lone = (analyze.read_run(d, tags)[0][""] for d in (dirs[1], alone))
+    packed, lone = (events.read_merged_scalars(d, tags)[0][""] for d in (dirs[1], alone))
     for tag in tags:
         np.testing.assert_allclose(packed[tag][1], lone[tag][1], rtol=2e-4, err_msg=tag)
     (dirs[0] / "done.json").unlink()  # the first seed to run again, alone: its checkpoint holds 3 seeds
@@ -377,7 +378,7 @@ def assert_resumed(run_dir, iterations=300):
     done = json.loads((run_dir / "done.json").read_text())
     assert done["resumed_from"] and "checkpoints/iter_" in done["resumed_from"]
     assert len(list((run_dir / "runs").iterdir())) == 2 and (run_dir / "stdout.log.1").exists()
-    merged, _ = analyze.read_run(run_dir, {"charts/SPS"})
+    merged, _ = events.read_merged_scalars(run_dir, {"charts/SPS"})
     steps = merged[""]["charts/SPS"][0]
     assert list(steps) == sorted(set(steps)) and steps[-1] == iterations * 128  # every iteration once, to the end
 
@@ -477,10 +478,10 @@ def test_analysis_of_the_grid(grid):
     for envs, row in zip([4, 8], aggregate.itertuples()):
         finals = []
         for run_dir in [d for d in (out / "runs").iterdir() if resolved(d)["num_envs"] == envs]:
-            merged, _ = analyze.read_run(run_dir, {"charts/episodic_return"})
+            merged, _ = events.read_merged_scalars(run_dir, {"charts/episodic_return"})
             steps, values = merged[""]["charts/episodic_return"]
             finals.append(values[steps >= steps.max() - 0.1 * (steps.max() - steps.min())].mean())
-        assert row.mean == pytest.approx(np.mean([analyze.human_normalised(f, "Breakout-v5") for f in finals]))
+        assert row.mean == pytest.approx(np.mean([stats.human_normalised(f, "Breakout-v5") for f in finals]))
     for name in ["curves.png", "final_vs_flag.png", "dynamics_Breakout-v5.png", "ddr.png"]:
         image = matplotlib.image.imread(out / "analysis" / name)
         assert image.shape[0] > 200 and image[..., :3].std() > 0.05, name  # drawn, not blank
@@ -502,12 +503,12 @@ def test_coverage_of_the_grid(grid, tmp_path):
         # of the dynamics/ sample each (--coverage-samples' default: the whole sample)
         iterations = [1] + list(range(4, 4096 // (num_envs * 16) + 1, 4))
         assert c.iteration.tolist() == iterations and c.x.tolist() == [i * num_envs * 16 for i in iterations]
-        assert len(analyze.read_coverage(run_dir)) == 64 * len(iterations) == (points.run == run).sum()
+        assert len(coverage_metric.read_coverage(run_dir)) == 64 * len(iterations) == (points.run == run).sum()
         assert np.all(np.diff(c.cvg) >= 0) and 0 < c.cvg.iloc[-1] <= 1
         # the last value by hand: the cells of the run's projected states in the game's bounding box
         here = points[points.env == c.env.iloc[0]]
         low, high = here[["u", "v"]].min().to_numpy(), here[["u", "v"]].max().to_numpy()
-        cells = analyze.grid_cells(points[points.run == run][["u", "v"]].to_numpy(), low, high, 8)
+        cells = coverage_metric.grid_cells(points[points.run == run][["u", "v"]].to_numpy(), low, high, 8)
         assert c.cvg.iloc[-1] == pytest.approx(len(np.unique(cells)) / 64, abs=1e-6)
         # one batch alone: the cells of each saved iteration's states, at most the cumulative share
         first = cells[:64]  # the records of iteration 1 come first
@@ -521,7 +522,7 @@ def test_coverage_of_the_grid(grid, tmp_path):
         assert row.mean == pytest.approx(finals[runs].mean())
         assert row.batch_mean == pytest.approx(coverage[coverage.run.isin(runs)].groupby("run").cvg_batch.mean().mean())
     runs_table = pd.read_csv(out / "runs.csv")
-    assert (runs_table.tag == analyze.COVERAGE).sum() == len(coverage)
+    assert (runs_table.tag == coverage_metric.COVERAGE).sum() == len(coverage)
     image = matplotlib.image.imread(out / "coverage_Breakout-v5.png")
     assert image.shape[0] > 300 and image[..., :3].std() > 0.05
     assert "## Coverage (App. B.7" in (out / "report.md").read_text()
@@ -546,17 +547,17 @@ def test_fast_reader_equals_the_record_walk_on_real_event_files(grid, tmp_path):
     tags, prefixes = {"charts/episodic_return", "charts/ddr", "charts/neg_distance", "charts/SPS"}, ("dynamics/", "losses/")
     assert len(files) == 8
     for file in files:
-        fast, _ = analyze.read_event_file(file, tags, prefixes)
-        walked, _ = analyze.read_event_file(file, tags, prefixes, fast=False)
+        fast, _ = events.read_event_file(file, tags, prefixes)
+        walked, _ = events.read_event_file(file, tags, prefixes, fast=False)
         assert fast.keys() == walked.keys() and len(fast) >= 1
         for tag in fast:
             np.testing.assert_array_equal(fast[tag][0], walked[tag][0])
             np.testing.assert_array_equal(fast[tag][1], walked[tag][1])
         data = file.read_bytes()
-        assert analyze._find_scalars(data, [t.encode() for t in tags] + [p.encode() for p in prefixes], tags, prefixes) is not None
+        assert events._find_scalars(data, [t.encode() for t in tags] + [p.encode() for p in prefixes], tags, prefixes) is not None
         truncated = tmp_path / "truncated"  # a killed run's last record, cut short, is dropped by both paths
         truncated.write_bytes(data[:-7])
-        cut, _ = analyze.read_event_file(truncated, tags, prefixes)
+        cut, _ = events.read_event_file(truncated, tags, prefixes)
         assert sum(len(s) for s, _ in cut.values()) in (sum(len(s) for s, _ in fast.values()) - 1, sum(len(s) for s, _ in fast.values()))
 
 
@@ -701,10 +702,12 @@ SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 6, "n
                "ddr_budgets.sh": 2 * 3 * 5}
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
                                                 "atari10_epochs.sh": 2 * 10 * 6, "stag_fig3a_resume.sh": 2 * 5}}
-GPU_PACKS = {("gpu", "com_eps.sh"): (3, "# seeds 1..5 in one process"),
-             ("gpu", "atari10_nenvs.sh"): (2 * 7, "# seeds 1..10 in one process"),
-             ("gpu", "recipes.sh"): (1, "# seeds 1..5 in one process"),  # the base; a scaled run is a process alone
-             ("gpu", "ddr_budgets.sh"): (2 * 3, "# seeds 1..5 in one process")}
+# the packs a scale's times assume (their number, and what each pack's header line matches)
+PACKS = {("gpu", "com_eps.sh"): (3, r"# seeds 1\.\.5 in one process"),
+         ("gpu", "atari10_nenvs.sh"): (2 * 7, r"# seeds 1\.\.10 in one process"),
+         ("gpu", "recipes.sh"): (1, r"# seeds 1\.\.5 in one process"),  # the base; a scaled run is a process alone
+         ("gpu", "ddr_budgets.sh"): (2 * 3, r"# seeds 1\.\.5 in one process"),
+         ("small", "ddr_budgets.sh"): (2 * 3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process")}  # 6 a budget: 2 workers balance
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR, ("gpu", "atari"): MINATAR,
@@ -718,9 +721,9 @@ def test_reduced_scale_grids(tmp_path, scale, runner):
     assert result.returncode == 0, result.stderr[-3000:]
     lines = {line for line in result.stdout.splitlines() if line.startswith("(cd ")}
     assert len(lines) == REDUCED_GRIDS[scale][runner]
-    if (scale, runner) in GPU_PACKS:  # SCALE=gpu's sizes assume its packs: one process per config of 5 (10) seeds
+    if (scale, runner) in PACKS:  # SCALE=gpu's sizes assume its packs: one process per config of 5 (10) seeds
         packs = {line for line in result.stdout.splitlines() if line.startswith("# seeds ")}
-        assert len(packs) == GPU_PACKS[scale, runner][0] and all(GPU_PACKS[scale, runner][1] in p for p in packs)
+        assert len(packs) == PACKS[scale, runner][0] and all(re.match(PACKS[scale, runner][1], p) for p in packs), packs
     if runner != "noisy_sgd.sh":
         kind = "atari" if runner.startswith("atari10") else "coverage" if runner.startswith("coverage") else "stag"
         task = REDUCED_TASK.get((scale, kind), REDUCED_TASK[scale, "atari"])
@@ -829,7 +832,8 @@ def test_grid_of_a_jax_script(tmp_path):
                   "--output", str(tmp_path / "seconds")])
     runs = pd.read_csv(tmp_path / "seconds" / "runs.csv")
     for name, curve in runs[runs.tag == "charts/episodic_return"].groupby("run"):
-        (steps, clock), = [found["charts/train_seconds"] for found in analyze.read_run(tmp_path / "runs" / name, {"charts/train_seconds"})[0].values()]
+        merged, _ = events.read_merged_scalars(tmp_path / "runs" / name, {"charts/train_seconds"})
+        (steps, clock), = [found["charts/train_seconds"] for found in merged.values()]
         assert curve.x.tolist() == pytest.approx(clock.tolist()) and (np.diff(clock) > 0).all()  # 3 updates, 3 points
 
 

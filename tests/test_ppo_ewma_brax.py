@@ -1,6 +1,6 @@
-"""ppo_ewma_jax.py on Brax (continuous control in place of the papers' Isaac Gym): the Gaussian policy's log-probability,
+"""ppo_ewma_brax.py (Brax continuous control in place of the papers' Isaac Gym): the Gaussian policy's log-probability,
 entropy, exact KL and policy variance against their closed forms (scipy and numpy, on random inputs and edge cases),
-the running normalisation against PureJaxRL's NormalizeVec* wrappers ported line by line, the suite's defaults, bad
+the running normalisation against PureJaxRL's NormalizeVec* wrappers ported line by line, PureJaxRL's defaults, bad
 flags, and real Brax runs from a lone copy: every tag logged, DDR = batch / exact KL, no update = no KL, exact resume
 with the normalisation statistics, and learning on inverted_pendulum."""
 import jax
@@ -11,7 +11,7 @@ from scipy import stats
 
 from conftest import assert_bad_input, assert_coverage, load_script, read_values, run_copy, run_dirs, shared_runs
 
-SCRIPT = "ppo_ewma_jax"
+SCRIPT = "ppo_ewma_brax"
 # Brax's Ant (27 numbers observed, 8 motors), PureJaxRL's recipe at 16 envs x 10 steps, 4 minibatches; 4 iterations
 TINY_ANT = ["--env-id", "ant", "--num-envs", "16", "--num-minibatches", "4", "--total-timesteps", "640",
             "--dynamics-every", "2", "--dynamics-batch", "64"]
@@ -45,18 +45,18 @@ def test_log_prob_entropy_and_kl_are_the_closed_forms_on_random_inputs(ewma, see
     p, q = random_gaussians(seed), random_gaussians(seed + 100)
     action = np.random.default_rng(seed).normal(0, 3, p[:, 0].shape)  # many outside [-1, 1]: the unclipped sample
     expected_logp = stats.norm.logpdf(action, loc=p[:, 0], scale=np.exp(p[:, 1])).sum(-1)
-    np.testing.assert_allclose(ewma.gaussian_log_prob(jnp.asarray(p), jnp.asarray(action)), expected_logp, rtol=1e-5, atol=1e-4)
-    np.testing.assert_allclose(ewma.gaussian_entropy(jnp.asarray(p)), stats.norm.entropy(scale=np.exp(p[:, 1])).sum(-1),
+    np.testing.assert_allclose(ewma.log_prob(jnp.asarray(p), jnp.asarray(action)), expected_logp, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(ewma.entropy(jnp.asarray(p)), stats.norm.entropy(scale=np.exp(p[:, 1])).sum(-1),
                                rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(ewma.gaussian_kl(jnp.asarray(p), jnp.asarray(q)), closed_form_kl(p, q), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ewma.kl_divergence(jnp.asarray(p), jnp.asarray(q)), closed_form_kl(p, q), rtol=1e-4, atol=1e-5)
 
 
 def test_kl_is_the_expected_log_ratio_of_samples(ewma):
     """The closed form is KL itself: E_p[log p(a) - log q(a)] over 400k samples of p, by the script's own sampler."""
     p, q = random_gaussians(7, n=1, dims=3, spread=0.5), random_gaussians(8, n=1, dims=3, spread=0.5)
-    actions = ewma.gaussian_sample(jax.random.PRNGKey(0), jnp.broadcast_to(jnp.asarray(p[0]), (400_000, 2, 3)))
-    log_ratio = ewma.gaussian_log_prob(jnp.asarray(p[0]), actions) - ewma.gaussian_log_prob(jnp.asarray(q[0]), actions)
-    kl = float(ewma.gaussian_kl(jnp.asarray(p), jnp.asarray(q))[0])
+    actions = ewma.sample_action(jax.random.PRNGKey(0), jnp.broadcast_to(jnp.asarray(p[0]), (400_000, 2, 3)))
+    log_ratio = ewma.log_prob(jnp.asarray(p[0]), actions) - ewma.log_prob(jnp.asarray(q[0]), actions)
+    kl = float(ewma.kl_divergence(jnp.asarray(p), jnp.asarray(q))[0])
     assert abs(float(log_ratio.mean()) - kl) < 5 * float(log_ratio.std()) / np.sqrt(400_000) + 1e-3
     np.testing.assert_allclose(np.asarray(actions).mean(0), p[0, 0], atol=0.02)
     np.testing.assert_allclose(np.asarray(actions).std(0), np.exp(p[0, 1]), rtol=0.01)
@@ -75,19 +75,19 @@ def test_kl_and_log_prob_edge_cases(ewma, case):
     else:
         q = p.copy()
         q[:, 0] += 50.0
-    kl, expected = np.asarray(ewma.gaussian_kl(jnp.asarray(p), jnp.asarray(q))), closed_form_kl(p, q)
+    kl, expected = np.asarray(ewma.kl_divergence(jnp.asarray(p), jnp.asarray(q))), closed_form_kl(p, q)
     np.testing.assert_allclose(kl, expected, rtol=1e-4, atol=1e-6)
     assert np.all(kl >= 0) and (case != "same" or np.all(kl == 0))
     action = p[:, 0] + 10 * np.exp(p[:, 1])  # ten standard deviations out
-    np.testing.assert_allclose(ewma.gaussian_log_prob(jnp.asarray(p), jnp.asarray(action)),
+    np.testing.assert_allclose(ewma.log_prob(jnp.asarray(p), jnp.asarray(action)),
                                stats.norm.logpdf(action, p[:, 0], np.exp(p[:, 1])).sum(-1), rtol=1e-5)
 
 
 def test_policy_variance_is_the_variance_of_the_mean_action_across_states(ewma):
     p = random_gaussians(5, n=64, dims=3)
-    np.testing.assert_allclose(ewma.gaussian_policy_variance(jnp.asarray(p)), p[:, 0].var(axis=0).mean(), rtol=1e-5)
+    np.testing.assert_allclose(ewma.policy_variance(jnp.asarray(p)), p[:, 0].var(axis=0).mean(), rtol=1e-5)
     p[:, 1] = np.random.default_rng(0).normal(size=p[:, 1].shape)  # the std plays no part
-    np.testing.assert_allclose(ewma.gaussian_policy_variance(jnp.asarray(p)), p[:, 0].var(axis=0).mean(), rtol=1e-5)
+    np.testing.assert_allclose(ewma.policy_variance(jnp.asarray(p)), p[:, 0].var(axis=0).mean(), rtol=1e-5)
 
 
 def test_actor_starts_at_purejaxrls_gaussian(ewma):
@@ -143,7 +143,7 @@ def test_the_brax_env_steps_are_purejaxrls_wrappers(ewma):
     gamma = 0.9
     args = ewma.resolve_args(ewma.Args(env_id="inverted_pendulum", num_envs=4, num_minibatches=4, gamma=gamma))
     env = ewma.make_env(args)
-    obs, state = env.reset(jax.random.split(jax.random.PRNGKey(0), 4), None, None)
+    obs, state = env.reset(jax.random.split(jax.random.PRNGKey(0), 4))
     step = jax.jit(env.step)
     raw = state.env.obs
     mean, var, count = purejaxrl_update(np.zeros(raw.shape[1]), np.ones(raw.shape[1]), 1e-4, np.asarray(raw))
@@ -152,7 +152,7 @@ def test_the_brax_env_steps_are_purejaxrls_wrappers(ewma):
     ends = 0
     for t in range(60):
         action = jax.random.uniform(jax.random.PRNGKey(t), (4, 1), minval=-3.0, maxval=3.0)
-        obs, state, reward, done, _, score = step(None, state, action, None, None)
+        obs, state, reward, done, score = step(None, state, action)
         raw_obs, raw_reward, raw_done = (np.asarray(x) for x in (state.env.obs, state.env.reward, state.env.done))
         mean, var, count = purejaxrl_update(mean, var, count, raw_obs)
         np.testing.assert_allclose(obs, (raw_obs - mean) / np.sqrt(var + 1e-8), rtol=1e-3, atol=1e-3)
@@ -173,11 +173,10 @@ def test_an_ended_episode_restarts_from_the_envs_first_state_or_a_fresh_random_o
     args = ewma.resolve_args(ewma.Args(env_id="inverted_pendulum", num_envs=2, num_minibatches=2, norm_obs=False,
                                        brax_fresh_starts=fresh))
     env = ewma.make_env(args)
-    first, state = env.reset(jax.random.split(jax.random.PRNGKey(0), 2), None, None)
+    first, state = env.reset(jax.random.split(jax.random.PRNGKey(0), 2))
     steps = jnp.full(2, ewma.BRAX_EPISODE_LENGTH - 1.0)
     state = state._replace(env=state.env.replace(info={**state.env.info, "steps": steps}))
-    obs, state, _, done, _, _ = jax.jit(env.step)(jax.random.split(jax.random.PRNGKey(1), 2), state, jnp.zeros((2, 1)),
-                                                  None, None)
+    obs, state, _, done, _ = jax.jit(env.step)(jax.random.split(jax.random.PRNGKey(1), 2), state, jnp.zeros((2, 1)))
     assert done.all()
     if fresh:
         assert np.abs(np.asarray(obs) - np.asarray(first)).min() > 1e-4  # every number new: a new random start
@@ -187,29 +186,24 @@ def test_an_ended_episode_restarts_from_the_envs_first_state_or_a_fresh_random_o
 
 
 # ---- flags -------------------------------------------------------------------------------------------
-def test_brax_defaults_are_purejaxrls_and_locomotions_stay_table_2(ewma):
+def test_defaults_are_purejaxrls(ewma):
     args = ewma.resolve_args(ewma.Args(env_id="ant"))
     assert (args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs) == (2048, 10, 32, 4)
     assert (args.gamma, args.gae_lambda, args.ent_coef, args.learning_rate, args.clip_coef) == (0.99, 0.95, 0.0, 3e-4, 0.2)
     assert (args.num_layers, args.hidden_size, args.total_timesteps, args.anneal_lr) == (2, 256, 50_000_000, False)
     assert (args.brax_backend, args.norm_obs, args.norm_reward, args.max_grad_norm) == ("positional", True, True, 0.5)
-    args = ewma.resolve_args(ewma.Args(env_id="ant", num_steps=16, gamma=0.97))  # a flag given wins over the suite's
-    assert (args.num_steps, args.gamma, args.update_epochs) == (16, 0.97, 4)
-    args = ewma.resolve_args(ewma.Args(env_id="CartPole-v1"))
-    assert (args.num_steps, args.gamma, args.gae_lambda, args.update_epochs, args.ent_coef, args.num_layers) == (256, 0.995, 0.9, 8, 0.01, 3)
+    assert ewma.Args().env_id == "hopper"  # PureJaxRL's ENV_NAME
 
 
 @pytest.mark.parametrize("flags, message", [
     (["--env-id", "ant", "--brax-backend", "physx"], "--brax-backend must be one of positional, generalized, spring, mjx"),
-    (["--env-id", "Ant-v4"], "--env-id must be `locomotion`, a gymnax id such as CartPole-v1 or a Brax environment"),
-    (["--env-id", "MountainCarContinuous-v0"], "gymnax's continuous-action envs are not supported"),
+    (["--env-id", "Ant-v4"], "--env-id must be a Brax environment (ant, "),
+    (["--env-id", "CartPole-v1"], "--env-id must be a Brax environment"),
     (["--env-id", "ant", "--num-steps", "0"], "--num-steps must be positive"),
     (["--env-id", "ant", "--gamma", "1.5"], "--gamma must lie in [0, 1]"),
     (["--env-id", "ant", "--ent-coef", "nan"], "--ent-coef must be a finite number"),
     (["--env-id", "ant", "--num-envs", "7"], "--num-minibatches 32 must be positive and divide the batch 70"),
     (["--env-id", "swimmer"], "--brax-backend positional is not one swimmer has"),  # swimmer: generalized only
-    (["--env-id", "CartPole-v1", "--no-norm-obs"], "--norm-obs applies to Brax environments only"),
-    (["--brax-backend", "generalized"], "--brax-backend applies to Brax environments only (--env-id locomotion)"),
     # halfcheetah's model makes MuJoCo warn, which it writes to ./MUJOCO_LOG.TXT unless told otherwise
     (["--env-id", "halfcheetah", "--num-envs", "7"], "--num-minibatches 32 must be positive and divide the batch 70"),
 ])
@@ -244,7 +238,7 @@ def test_ant_logs_every_tag_and_ddr_is_the_batch_over_the_exact_kl(ant_run):
     assert_coverage(ant_run, [1, 2, 4], (27,), 256, samples=64, relu=False)
     # raw, not normalised (the running normalisation divides out the spread coverage measures): Ant's first observed
     # number is its torso's height, 0.2-1.5 m while it lives; normalised, about half the values would be negative
-    from benchmark.analyze import read_coverage
+    from benchmark.coverage_metric import read_coverage
 
     height = read_coverage(ant_run)["obs"][:, 0].astype(np.float32)
     assert np.all((0.2 < height) & (height < 1.5)), height
@@ -266,8 +260,8 @@ def test_the_checkpoint_holds_the_normalisation_statistics(ewma, ant_run):
     args = ewma.resolve_args(ewma.Args(env_id="ant", num_envs=16, num_minibatches=4, total_timesteps=640))
     env = ewma.make_env(args)
     init = ewma.make_train(args, env)[0]
-    target = jax.eval_shape(lambda: (init(jax.random.PRNGKey(0), env.sample_levels(jax.random.PRNGKey(0))), jnp.zeros(1)))
-    (runner, _), iteration, _, _ = ewma.restore_checkpoint(run_dirs(ant_run)[0] / "checkpoints" / "iter_2.npz", target)
+    target = jax.eval_shape(lambda: init(jax.random.PRNGKey(0)))
+    runner, iteration, _, _ = ewma.restore_checkpoint(run_dirs(ant_run)[0] / "checkpoints" / "iter_2.npz", target)
     obs_stats, return_stats = runner.env_state.obs_stats, runner.env_state.return_stats
     assert iteration == 2 and obs_stats.mean.shape == (27,)
     np.testing.assert_allclose(obs_stats.count, 1e-4 + 16 * 21, rtol=1e-6)
@@ -282,10 +276,9 @@ def test_an_update_that_does_not_move_the_policy_has_zero_kl(ewma):
     args = ewma.resolve_args(ewma.Args(env_id="inverted_pendulum", num_envs=4, num_steps=8, num_minibatches=2,
                                        total_timesteps=32, learning_rate=1e-30, dynamics_batch=32))
     env = ewma.make_env(args)
-    init, update, _, _ = ewma.make_train(args, env)
-    levels = env.sample_levels(jax.random.PRNGKey(0))
-    runner = init(jax.random.PRNGKey(1), levels)
-    _, metrics = jax.jit(update)(runner, levels, jnp.asarray([True]), jnp.asarray([True]))
+    init, update, _ = ewma.make_train(args, env)
+    runner = init(jax.random.PRNGKey(1))
+    _, metrics = jax.jit(update)(runner, jnp.asarray([True]), jnp.asarray([True]))
     assert float(metrics["losses/approx_kl"][0]) == 0.0 and float(metrics["losses/clipfrac"][0]) == 0.0
     np.testing.assert_allclose(metrics["dynamics/ess_pct"][0], 100.0, rtol=1e-5)
     np.testing.assert_allclose(metrics["losses/entropy"][0], 0.5 * (1 + np.log(2 * np.pi)), rtol=1e-5)  # 1 dimension

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.analyze import read_coverage
-from conftest import (assert_bad_input, assert_coverage, assert_schedule_is_optax, finish, load_script, read_run, read_values,
-                      run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
+from benchmark.coverage_metric import read_coverage
+from conftest import (assert_bad_input, assert_coverage, assert_schedule_is_optax, finish, load_script, read_tensorboard_run,
+                      read_values, run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
 
 SCRIPT = "ppo_ewma_jax"
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,7 +265,6 @@ def test_scaling_recipes_from_this_scripts_base_of_2048_envs_and_32_minibatches(
 @pytest.mark.parametrize("flags, expected", [
     (dict(env_id="CartPole-v1", num_envs=4, num_steps=128), 64),  # 32,768 transitions a call
     (dict(env_id="CartPole-v1", num_envs=4, num_steps=128, save_every=5), 5),  # no more slots than between saves
-    (dict(env_id="CartPole-v1", num_envs=4, num_steps=128, eval_every=3), 64),  # only locomotion evaluates
     (dict(num_envs=64, num_steps=128, eval_every=3), 3),
     (dict(num_envs=64, num_steps=128, eval_every=0, save_every=0), 4),
     (dict(num_envs=4096, num_steps=256), 1),  # a batch above 32,768 still gets one iteration a call
@@ -552,7 +551,7 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     for fuse, extra in (("3", []), ("1", []), ("3_no_states", ["--coverage-samples", "0"])):
         result = run_script(flags + ["--fuse-iterations", fuse[0]] + extra, tmp_path / fuse)
         assert result.returncode == 0, result.stderr[-3000:]
-    events = read_run(run_dirs(tmp_path / "3")[0])[0]
+    events = read_tensorboard_run(run_dirs(tmp_path / "3")[0])[0]
     assert [e.step for e in events["losses/approx_kl"]] == [32 * i for i in range(1, 8)]
     assert [e.step for e in events["dynamics/feature_rank"]] == [32, 96, 192]
     seconds = [e.value for e in events["charts/train_seconds"]]
@@ -596,8 +595,12 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--imp-samp-max", "0.5"], "--imp-samp-max must be 0 (no bound) or >= 1"),
     (["--num-envs", "6", "--num-steps", "5", "--num-minibatches", "4"], "--num-minibatches 4 must be positive and divide the batch 30"),
     (["--num-envs", "3", "--scaling-recipe", "more-minibatches"], "fractional minibatch count"),
-    (["--env-id", "NoSuchEnv-v0"], "--env-id must be `locomotion`, a gymnax id such as CartPole-v1 or a Brax environment"),
-    (["--env-id", "Pendulum-v1"], "gymnax's continuous-action envs are not supported; use a Brax environment"),
+    (["--env-id", "NoSuchEnv-v0"], "--env-id must be `locomotion` or a gymnax id such as CartPole-v1"),
+    (["--env-id", "ant"], "Brax's continuous control: ppo_ewma_brax.py"),
+    (["--env-id", "Pendulum-v1"], "gymnax's continuous-action envs are not supported; ppo_ewma_brax.py"),
+    (["--env-id", "CartPole-v1", "--env-size", "s"], "--env-size applies to --env-id locomotion only"),
+    (["--env-id", "CartPole-v1", "--num-morphologies", "8"], "--num-morphologies applies to --env-id locomotion only"),
+    (["--env-id", "CartPole-v1", "--eval-every", "0"], "--eval-every applies to --env-id locomotion only"),
     (["--env-size", "xl"], "--env-size must be one of s, m, l"),
     (["--activation", "gelu"], "--activation must be one of tanh, relu (got 'gelu')"),
     (["--resume", "no/such/checkpoint.npz"], "--resume no/such/checkpoint.npz: no such file"),
@@ -773,7 +776,7 @@ def test_a_signal_stops_at_a_call_boundary_with_a_checkpoint_that_resumes(tmp_pa
     flags = SMALL_CARTPOLE + ["--total-timesteps", str(512 * (iteration + 2)), "--resume", checkpoint]
     resumed = run_script(flags, tmp_path / "resumed")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert [e.step for e in read_run(run_dirs(tmp_path / "resumed")[0])[0]["losses/approx_kl"]] == [512 * (iteration + 1), 512 * (iteration + 2)]
+    assert [e.step for e in read_tensorboard_run(run_dirs(tmp_path / "resumed")[0])[0]["losses/approx_kl"]] == [512 * (iteration + 1), 512 * (iteration + 2)]
 
 
 @pytest.mark.parametrize("signals", [[signal.SIGINT] * 2, [signal.SIGTERM] + [signal.SIGINT] * 2], ids=["ctrl-c", "sigterm"])
@@ -799,7 +802,7 @@ def test_a_raised_fuse_iterations_still_stops_within_seconds_of_a_signal(tmp_pat
     flags = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 20_000), "--fuse-iterations", "20000"]
     process = start_copy(SCRIPT, flags, tmp_path)
     run_dir = wait_for_file(process, tmp_path, "runs/*/events.out.tfevents.*").parent
-    while not read_run(run_dir)[0].get("losses/approx_kl"):
+    while not read_tensorboard_run(run_dir)[0].get("losses/approx_kl"):
         assert process.poll() is None, finish(process).stderr[-3000:]
         time.sleep(0.2)
     signalled = time.time()

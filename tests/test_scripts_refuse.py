@@ -11,7 +11,8 @@ from benchmark.common import SCRIPTS as SCRIPT_DIR
 from benchmark.common import load_script, read_only
 from conftest import assert_bad_input, run_copy
 
-SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_kinetix_sfl", "noisy_sgd"]
+SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl",
+           "noisy_sgd"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -65,7 +66,7 @@ def test_a_computed_field_given_as_a_flag_is_refused(script, tmp_path):
     assert_bad_input(result, tmp_path, "--num-iterations is computed from the other flags: do not set it (got 999)")
 
 
-CHECKPOINTING = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_kinetix_sfl"]
+CHECKPOINTING = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl"]
 
 
 def write_checkpoint(path, meta):
@@ -89,7 +90,7 @@ def test_resume_of_another_scripts_checkpoint_names_it(script, written_by, tmp_p
     """A checkpoint names the script that wrote it; an older one without the name is known by a flag this script lacks
     (it used to be refused for the first structural flag that differed, as if it were this script's)."""
     other = "ppo_rnd" if script != "ppo_rnd" else "pqn_atari"
-    path = tmp_path / ("ckpt.npz" if script in ("ppo_ewma_jax", "ppo_kinetix_sfl") else "ckpt.pt")
+    path = tmp_path / ("ckpt.npz" if script in ("ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl") else "ckpt.pt")
     meta = {"args": {"a_flag_of_no_script_here": 1}} if written_by == "older" else {"args": {}, "script": f"{other}.py"}
     write_checkpoint(path, meta)
     result = run_copy(script, ["--resume", str(path)], tmp_path, timeout=300)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.analyze import read_coverage
-from conftest import (assert_bad_input, finish, read_run, read_values, run_copy, run_dirs, shared_runs, start_copy,
-                      wait_for_file)
+from benchmark.coverage_metric import read_coverage
+from conftest import (assert_bad_input, finish, read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs,
+                      start_copy, wait_for_file)
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--dynamics-batch", "64"]
 SCRIPTS = {
@@ -52,7 +52,7 @@ def run_ok(script, flags, workdir, extra_env=None):
 
 def logged(run_dir, after=-1):
     """{tag: [(step, value)]} of a run's events after global step `after` (the timings left out)."""
-    scalars, _ = read_run(run_dir)
+    scalars, _ = read_tensorboard_run(run_dir)
     pairs = {tag: [(e.step, e.value) for e in events if e.step > after] for tag, events in scalars.items() if tag not in TIMINGS}
     return {tag: p for tag, p in pairs.items() if p}
 

@@ -26,7 +26,7 @@ elif reduced; then
     SCRIPT=ppo_ewma_jax; GAMES="$MINATAR_GAMES"; EPOCHS="4 8"; NENVS="8 16"; STEPS=128; BASE_ENVS=8; ROLLOUTS=256
     TAG=(--tag charts/episodic_return); FLAGS=("${MINATAR_PPO[@]}")
     if [[ "$SCALE" == small ]]; then SEEDS="1 2 3 4 5"; BUDGET=1000000
-    else SEEDS="$MINATAR_GPU_SEEDS"; BUDGET=$MINATAR_GPU_BUDGET; gpu_defaults $MINATAR_GPU_FLAGS; fi
+    else SEEDS="$MINATAR_GPU_SEEDS"; BUDGET=$MINATAR_GPU_BUDGET; launch_defaults $MINATAR_GPU_FLAGS; fi
 else
     SCRIPT=ppo_atari_envpool; GAMES="$ATARI10"; SEEDS="1 2 3 4 5"; BUDGET=100000000; EPOCHS="4 8 16"; NENVS="8 16 32"
     STEPS=128; BASE_ENVS=8; ROLLOUTS="256 512"; FLAGS=()

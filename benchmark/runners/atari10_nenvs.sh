@@ -30,7 +30,7 @@ elif reduced; then
     SCRIPT=ppo_ewma_jax; GAMES="$MINATAR_GAMES"; NENVS="8 16 32"; STEPS=128; BATCH=1024; ROLLOUTS="256 512"
     BASE_ENVS=8; TAG=(--tag charts/episodic_return); FLAGS=("${MINATAR_PPO[@]}" --update-epochs 4)
     if [[ "$SCALE" == small ]]; then SEEDS="1 2 3 4 5"; BUDGET=1000000
-    else SEEDS="$MINATAR_GPU_SEEDS"; BUDGET=$MINATAR_GPU_BUDGET; gpu_defaults $MINATAR_GPU_FLAGS; fi
+    else SEEDS="$MINATAR_GPU_SEEDS"; BUDGET=$MINATAR_GPU_BUDGET; launch_defaults $MINATAR_GPU_FLAGS; fi
 else
     SCRIPT=ppo_atari_envpool; GAMES="$ATARI10"; SEEDS="1 2 3 4 5"; BUDGET=100000000; NENVS="1 2 4 8 16 32 64"; STEPS=128
     BATCH=1024; ROLLOUTS="256 512 1024"; BASE_ENVS=8; FLAGS=()

@@ -19,7 +19,7 @@ elif [[ "$SCALE" == small ]]; then
     SEEDS="6 7 8 9 10"; ENV=("${STAG_SMALL[@]}"); ITER=$STAG_SMALL_ITER; COMS="8 32 256"; EPS="0.2"
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); ITER=$STAG_GPU_ITER; COMS="8 32 256"; EPS="0.2"
-    gpu_defaults $STAG_GPU_FLAGS
+    launch_defaults $STAG_GPU_FLAGS
 else
     SEEDS="1 2 3"; ENV=(--env-id locomotion); ITER=1000; COMS="1 4 16 64 256"; EPS="0.05 0.1 0.2 0.3 0.5"
 fi

@@ -16,6 +16,7 @@
 # A failed launch or analysis does not stop the runner: it goes on with the next grid and exits 1 at the end.
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+LAUNCH_FLAGS_GIVEN="${LAUNCH_FLAGS:-}"  # the caller's, before a scale's defaults
 PY="${PYTHON:-python}"
 SCALE="${SCALE:-paper}"
 [[ "${SMOKE:-0}" == 1 ]] && SCALE=smoke
@@ -85,8 +86,8 @@ STAG_GPU_SEEDS="1 2 3 4 5"; STAG_GPU_ITER=1000
 MINATAR_GPU_SEEDS="1 2 3 4 5 6 7 8 9 10"; MINATAR_GPU_BUDGET=10000000
 STAG_GPU_FLAGS="--seeds-per-process 5"  # the launcher packs seeds only within 262,144 transitions an iteration
 MINATAR_GPU_FLAGS="--workers 4 --seeds-per-process 10"
-# gpu_defaults FLAGS: SCALE=gpu's launcher flags (the packs and workers its sizes assume) unless LAUNCH_FLAGS says
-gpu_defaults() { [[ -n "${LAUNCH_FLAGS:-}" ]] || LAUNCH_FLAGS="$*"; }
+# launch_defaults FLAGS: this scale's launcher flags (the packs and workers its times assume) unless LAUNCH_FLAGS says
+launch_defaults() { [[ -n "$LAUNCH_FLAGS_GIVEN" ]] || LAUNCH_FLAGS="$*"; }
 # reduced: the scales that test the claims (their verdicts and the analyses the verdicts read)
 reduced() { [[ "$SCALE" == small || "$SCALE" == gpu ]]; }
 # return_tag: the score of the CPU-sized tasks (CartPole, MinAtar: no solve rate); gpu and paper read the script's own

@@ -23,10 +23,11 @@ if smoke; then
 elif [[ "$SCALE" == small ]]; then
     SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar --num-steps 128); NENVS="64"; EPOCHS="8"; MB="32"
     CLIPS="0.05 0.2 0.8"; XFLAG=clip-coef; BUDGETS="200000 800000"
+    launch_defaults --workers 2 --seeds-per-process 3  # 5 seeds as 3 + 2: each budget's 6 processes balance 2 workers
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion --num-steps 256); NENVS="2048"; EPOCHS="8"; MB="32"
     CLIPS="0.05 0.2 0.8"; XFLAG=clip-coef; BUDGETS="134217728 536870912"
-    gpu_defaults $STAG_GPU_FLAGS
+    launch_defaults $STAG_GPU_FLAGS
 else
     SEEDS="1 2 3"; ENV=(--env-id locomotion); NENVS="512 2048 8192"; EPOCHS="2 8 32"; MB="8 32 128"
     BUDGETS="100000000 500000000 2000000000"

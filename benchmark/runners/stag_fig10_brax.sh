@@ -2,8 +2,8 @@
 # Stagnation Fig. 10 (§5): Singla et al. (2024) train PPO on Isaac Gym with 24,576 envs and a minibatch of 4 x N_envs
 # = 98,304; the paper's recipe (keep the minibatch size and learning rate, add minibatches) puts it back to Isaac Gym's
 # default 16,384 and PPO improves. Isaac Gym does not install from PyPI; here Brax's Ant and Humanoid with
-# ppo_ewma_jax.py's standard PPO and PureJaxRL's Brax recipe otherwise (lr 3e-4, 4 epochs, normalisation; docs/ppo_ewma_jax.md,
-# "Continuous control"), 16 steps per rollout, 3 seeds, 2e9 steps per run (a fixed budget), at 24,576 envs and at
+# ppo_ewma_brax.py's standard PPO and PureJaxRL's Brax recipe otherwise (lr 3e-4, 4 epochs, normalisation;
+# docs/ppo_ewma_brax.md), 16 steps per rollout, 3 seeds, 2e9 steps per run (a fixed budget), at 24,576 envs and at
 # 6,144 (Fig. 10's "more amenable to additional parallelisation": the gain should grow with N_envs).
 #   bigger_minibatch (the recipe off, Singla et al.'s rule): minibatch 4 x N_envs (24,576 and 98,304: 4 minibatches);
 #   keep_minibatch (the recipe on): minibatch 16,384 (6 and 24 minibatches).
@@ -18,7 +18,7 @@ else
     ITER=(--fixed-budget --total-timesteps 2000000000); FLAGS=()
 fi
 # a checkpoint every 1000 iterations (a checkpoint holds every env's Brax state: a few per run, not 50)
-COMMON=(--save-every 1000 --script ppo_ewma_jax --env-ids $ENVS --seeds $SEEDS "${ITER[@]}")
+COMMON=(--save-every 1000 --script ppo_ewma_brax --env-ids $ENVS --seeds $SEEDS "${ITER[@]}")
 for n in $NENVS; do
     launch bigger_minibatch "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs "$n" --num-steps $STEPS --minibatch-size $((4 * n))
     launch keep_minibatch "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs "$n" --num-steps $STEPS --minibatch-size $KEEP

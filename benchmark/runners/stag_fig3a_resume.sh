@@ -24,7 +24,7 @@ elif [[ "$SCALE" == small ]]; then
     COMS="8 256"
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); PLATEAU=$((STAG_GPU_ITER / 2)); TOTAL=$STAG_GPU_ITER
-    STARTS="8 256"; COMS="8 256"; gpu_defaults $STAG_GPU_FLAGS
+    STARTS="8 256"; COMS="8 256"; launch_defaults $STAG_GPU_FLAGS
 else
     SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); PLATEAU=500; TOTAL=1000; STARTS="4 256"; COMS="4 16 64 256"
 fi

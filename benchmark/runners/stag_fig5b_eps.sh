@@ -15,7 +15,7 @@ elif [[ "$SCALE" == small ]]; then
     SEEDS="6 7 8 9 10"; ENV=("${STAG_SMALL[@]}"); ITER=$STAG_SMALL_ITER; EPS="0.1 0.2 0.8"
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); ITER=$STAG_GPU_ITER; EPS="0.1 0.2 0.8"
-    gpu_defaults $STAG_GPU_FLAGS
+    launch_defaults $STAG_GPU_FLAGS
 else
     SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); ITER=1000; EPS="0.05 0.1 0.2 0.4 0.8"
 fi

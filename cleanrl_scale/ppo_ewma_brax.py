@@ -1,0 +1,1262 @@
+"""PPO and PPO-EWMA in JAX on Brax continuous control: the stagnation paper's outer-loop analysis at massive parallelism.
+
+PureJaxRL's continuous PPO (`ppo_continuous_action.py`) with the instruments of ppo_ewma_jax.py, in place of the
+papers' Isaac Gym runs (stagnation Fig. 10, the data-collection rebuttal's N_envs study):
+- Brax's environments (`--env-id ant`, `humanoid`, `hopper`, ...) wrapped as PureJaxRL wraps them: episodes of 1,000
+  steps with auto-reset, actions clipped to [-1, 1], running observation and return normalisation; a Gaussian policy
+  with a state-independent log-std; PureJaxRL's hyper-parameters by default;
+- PPO's outer loop as stochastic optimisation (stagnation §3): every iteration logs the size of the policy update
+  (`charts/update_norm`), the exact KL it moved the policy by and the Data-to-Divergence Ratio (`charts/ddr`, §4.4);
+- PPO-EWMA (§2.2, Hilton et al., 2022) with `--ewma-com C`: the proximal policy is an EWMA of the actor's weights with
+  centre of mass C minibatch steps; openai/ppo-ewma's loss and bias-corrected EWMA; without the flag, standard PPO;
+- the scaling recipes of §5 / App. D; checkpoints that can be resumed with a new COM or clip epsilon (Fig. 3a);
+- the learning-dynamics metrics of the data-collection paper (App. B), computed inside the jitted update on a sample of
+  the batch every --dynamics-every iterations, and the states of that sample for the coverage metric (App. B.7).
+PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of them scanned in
+one call; the host loop logs a call's stacked metrics while the next call runs, and checkpoints.
+Departures from PureJaxRL's ppo_continuous_action.py: the exact KL after the update (for the DDR), the metrics above,
+--num-seeds vmapped in one program, and `--brax-fresh-starts` (off by default) for Isaac Gym's re-randomised resets.
+"""
+import contextlib
+import io
+import json
+import math
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, fields
+from fractions import Fraction
+from functools import lru_cache, partial
+from typing import NamedTuple, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import tyro
+from flax.linen.initializers import constant, orthogonal
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.summary.writer import event_file_writer
+from tqdm import tqdm
+
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
+BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
+BRAX_EPISODE_LENGTH = 1000  # Brax's EpisodeWrapper length, as PureJaxRL's BraxGymnaxWrapper and Brax's own PPO use
+# flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
+STRUCTURAL_FLAGS = ("env_id", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend", "num_seeds")
+# --fuse-iterations 0: iterations per jitted call until a call trains on this many transitions. Below it a call's
+# fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute: on a 2-core CPU
+# 32,768 transitions take ~0.5-1 s; a GPU trains them in a few milliseconds and needs ~64 times more per call.
+FUSE_TRANSITIONS = {"cpu": 32_768, "accelerator": 2_097_152}
+# a call takes no more iterations than end within this many seconds of its start (measured on the calls before it):
+# a signal is honoured at the end of the running call, so a raised --fuse-iterations never makes a SIGTERM wait for
+# the whole run (the running call and the one queued behind it: Slurm sends SIGKILL 30 s after SIGTERM by default)
+CALL_SECONDS = 5.0
+UNROLL = {"cpu": 1, "accelerator": 4}  # --unroll 0 by the device (benchmark/profile_jax.py --variant unroll=K measures it)
+LR_BLOCK = 65_536  # iterations whose logged learning rates are computed at once
+KL_CHUNK = 262_144  # states a forward pass of the KL after the update takes at most (its activations' memory)
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    seed: int = 1
+    """seed of the experiment"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanrl-scale"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+
+    # Environment
+    env_id: str = "hopper"
+    """a Brax environment: ant, humanoid, halfcheetah, hopper, walker2d, inverted_pendulum, ..."""
+    brax_backend: str = "positional"
+    """Brax's physics pipeline: positional (PureJaxRL's choice), generalized, spring or mjx"""
+    brax_fresh_starts: bool = False
+    """each episode from a new random start state, as Isaac Gym re-randomises at every reset (Brax's auto-reset,
+    PureJaxRL's and the default, restarts each env from its own first state: N_envs distinct start states)"""
+    norm_obs: bool = True
+    """normalise observations by running mean and variance over all envs' steps (PureJaxRL's NormalizeVecObservation)"""
+    norm_reward: bool = True
+    """divide rewards by the running standard deviation of the discounted return (PureJaxRL's NormalizeVecReward);
+    episodic returns are logged unscaled"""
+
+    # Algorithm specific arguments (PureJaxRL's ppo_continuous_action.py config: the papers' Isaac Gym runs give no
+    # values for Brax)
+    total_timesteps: int = 50_000_000
+    """total environment steps of the experiment"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer (lr0 of a scaling recipe)"""
+    anneal_lr: bool = False  # PureJaxRL's ANNEAL_LR
+    """Toggle linear learning rate annealing to 0"""
+    num_envs: int = 2048
+    """the number of parallel environments"""
+    num_steps: int = 10
+    """the number of steps to run in each environment per policy rollout"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: Optional[int] = None
+    """the number of mini-batches (default 32, or derived from --minibatch-size or the recipe)"""
+    minibatch_size: int = 0
+    """the mini-batch size (0 = derive it from --num-minibatches)"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """Toggles advantages normalization (per minibatch)"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient epsilon (relative to the proximal policy)"""
+    clip_vloss: bool = True
+    """Toggles whether or not to use a clipped loss for the value function"""
+    vf_clip_coef: Optional[float] = None
+    """the value clipping range (unset = follow --clip-coef, as Kinetix and CleanRL do); set it to sweep epsilon alone"""
+    ent_coef: float = 0.0
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    hidden_size: int = 256
+    """width of the actor's and the critic's MLP"""
+    num_layers: int = 2
+    """hidden layers of the actor's and the critic's MLP"""
+    activation: str = "tanh"  # PureJaxRL's; the data-collection paper's networks are ReLU
+    """the hidden layers' nonlinearity, tanh or relu (a ReLU unit that never fires is exactly 0, a tanh unit only near
+    0: dormant neurons, data-collection App. B.2, are a ReLU network's failure)"""
+
+    # PPO-EWMA (stagnation §2.2; Hilton et al., 2022)
+    ewma_com: Optional[float] = None
+    """centre of mass C of the EWMA proximal policy in minibatch steps, beta = C / (C + 1); unset = standard PPO"""
+    ewma_bias_correction: bool = True
+    """count the initial copy as one sample of the EWMA, as openai/ppo-ewma's EwmaModel does (total_weight)"""
+    imp_samp_max: Optional[float] = None
+    """bound of the ratio pi / pi_behaviour (openai/ppo-ewma's logp_adj); 0 = no bound (default: 100 with --ewma-com,
+    as openai/ppo-ewma; none in PPO mode, as PureJaxRL's, CleanRL's and Kinetix's PPO)"""
+
+    # Scaling recipes (stagnation paper §5, App. D)
+    scaling_recipe: str = "none"
+    """how minibatches and lr follow --num-envs: none, more-minibatches, bigger-minibatch, bigger-minibatch-sqrt-lr, hybrid"""
+    base_num_envs: int = 2048
+    """N0: the number of envs of the base config a recipe scales from"""
+    base_num_minibatches: int = 32
+    """M0: the number of minibatches of the base config a recipe scales from"""
+    hybrid_minibatch_factor: int = 0
+    """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
+
+    # Learning-dynamics metrics (data-collection paper App. B), as the torch scripts compute them
+    dynamics_every: int = 10
+    """compute the dynamics/ metrics at the first iteration and every this many iterations (0 disables them)"""
+    dynamics_batch: int = 1024
+    """number of states of the current batch the dynamics/ metrics are computed on"""
+    dormant_tau: float = 0.025
+    """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
+    coverage_samples: Optional[int] = None
+    """states of the dynamics/ sample (the first of them) appended to runs/<run>/coverage.bin at the iterations
+    --coverage-every names, for the coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`):
+    the observation and the actor's penultimate features, both float16; unset: the whole sample (--dynamics-batch,
+    at most the batch); 0 disables"""
+    coverage_every: int = 0
+    """save those states at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: the
+    multiple that gives about 20 saves in the run)"""
+
+    # Speed
+    num_seeds: int = 1
+    """train this many seeds (--seed, --seed + 1, ...) in one program, vmapped as PureJaxRL vmaps `train`; each seed
+    writes its own run, runs/<env>__<exp-name>__<seed>__<time>, with the numbers it would have alone"""
+    fuse_iterations: int = 0
+    """iterations per jitted call (a lax.scan over iterations, metrics stacked and fetched once after the call); 0 = as
+    many as fill 32,768 transitions of all seeds on a CPU, 2,097,152 on a GPU or TPU (at least 1), at most --save-every;
+    a call also ends at each checkpoint"""
+    unroll: int = 0
+    """steps of the rollout, GAE and minibatch scans unrolled into straight-line code (lax.scan's `unroll`; the same
+    computation, float rounding aside): fewer loop trips, which cost a GPU most at small batches, against a longer
+    compilation; 0 = 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
+    transitions, else 1"""
+    compile_cache: bool = True
+    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
+    a rerun with the same shapes skips compilation (--no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false: off)"""
+
+    # Checkpoints
+    save_every: int = 0
+    """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0 = never)"""
+    keep_checkpoints: int = 3
+    """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
+    resume: Optional[str] = None
+    """continue from this checkpoint; --ewma-com, --clip-coef and other non-structural flags may change"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime: setting it is refused)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime: setting it is refused)"""
+
+
+class SummaryWriter:
+    """The event files torch.utils.tensorboard.SummaryWriter writes (scalars as simple values, text for the text
+    plugin), through the tensorboard package's own EventFileWriter: importing torch only for them took ~1.2 s of every
+    run's start."""
+
+    def __init__(self, logdir):
+        self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
+
+    def add_scalars(self, values, step):
+        """Every {tag: value} at one step in one event: one write where one a tag took ~10 times the host's time (what
+        TensorBoard and wandb read back is the same)."""
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()])
+        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def add_text(self, tag, text):
+        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
+                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
+        summary = Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
+        self.file.add_event(Event(wall_time=time.time(), step=0, summary=summary))
+
+    def close(self):
+        self.file.close()
+
+
+class BadFlag(ValueError):
+    """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
+
+    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
+    """
+    if base_num_envs <= 0 or base_num_minibatches <= 0:
+        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
+    if (base_num_envs * num_steps) % base_num_minibatches:
+        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
+    k = Fraction(num_envs, base_num_envs)
+    base_mb_size = base_num_envs * num_steps // base_num_minibatches
+    if recipe == "more-minibatches":
+        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
+    elif recipe == "bigger-minibatch":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
+    elif recipe == "bigger-minibatch-sqrt-lr":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
+    elif recipe == "hybrid":
+        if b <= 0:
+            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
+        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
+    else:
+        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    mb_size = size_factor * base_mb_size
+    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
+        raise BadFlag(
+            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
+        )
+    return int(minibatches), int(mb_size), lr0 * lr_factor
+
+
+def read_checkpoint(path):
+    """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        leaves = [data[f"leaf_{i}"] for i in range(meta["num_leaves"])]
+    return meta, leaves
+
+
+def import_brax_envs():
+    """brax.envs, imported on first use, without the "Failed to import warp" lines MuJoCo's MJX prints to stdout when
+    the optional warp package is absent (Brax's own backends do not use it)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        from brax import envs
+    return envs
+
+
+def brax_env_ids():
+    """The environments Brax registers (ant, humanoid, ...)."""
+    return tuple(import_brax_envs()._envs)  # Brax's registry (get_environment / register_environment read and write it)
+
+
+def check_runs_directory():
+    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
+    if os.path.lexists("runs") and not os.path.isdir("runs"):
+        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
+    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
+        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+
+
+def resolve_args(args):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
+        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
+        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
+    for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
+        if getattr(args, flag):
+            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
+    if args.env_id not in brax_env_ids():
+        raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers",
+                 "dynamics_batch", "num_seeds"):
+        if getattr(args, flag) <= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("minibatch_size", "save_every", "keep_checkpoints", "dynamics_every", "fuse_iterations",
+                 "coverage_every", "unroll"):
+        if getattr(args, flag) < 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for field in fields(args):  # inf and nan break every rule below without failing a comparison
+        value = getattr(args, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
+    if not 0 <= args.seed <= 2**31 - args.num_seeds:  # the seeds are int32 inside the program
+        raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
+    if args.track and args.num_seeds > 1:
+        raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
+    for flag in ("learning_rate", "max_grad_norm"):
+        if not getattr(args, flag) > 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
+        raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
+    if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
+        raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
+    if args.imp_samp_max is None:
+        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
+    if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
+        raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
+    for flag in ("ent_coef", "vf_coef", "dormant_tau"):
+        if not getattr(args, flag) >= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for flag in ("gamma", "gae_lambda"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if args.ewma_com is not None and not args.ewma_com >= 0:
+        raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
+    if args.activation not in ACTIVATIONS:
+        raise BadFlag(f"--activation must be one of {', '.join(ACTIVATIONS)} (got {args.activation!r})")
+    if args.brax_backend not in BRAX_BACKENDS:
+        raise BadFlag(f"--brax-backend must be one of {', '.join(BRAX_BACKENDS)} (got {args.brax_backend!r})")
+    import mujoco  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
+
+    brax_envs = import_brax_envs()
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
+    try:
+        with warnings.catch_warnings():  # Brax's notice that it is no longer maintained: said once, by make_env
+            warnings.simplefilter("ignore")
+            brax_envs.get_environment(args.env_id, backend=args.brax_backend)
+    except ValueError as e:
+        raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
+    finally:
+        mujoco.set_mju_user_warning(previous)
+    args.batch_size = args.num_envs * args.num_steps
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
+            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
+        )
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = 32 if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
+        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.num_iterations * args.update_epochs * args.num_minibatches >= 2**31:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} gives {args.num_iterations} iterations of "
+                      f"{args.update_epochs * args.num_minibatches} minibatch steps: at most 2^31 - 1 steps (optax counts them "
+                      "in int32)")
+    if args.batch_size * args.num_seeds >= 2**31:
+        raise BadFlag(f"--num-envs x --num-steps x --num-seeds must be below 2^31 (the program indexes its batch with int32; "
+                      f"got {args.batch_size * args.num_seeds})")
+    storage = args.batch_size * args.num_seeds * 24  # a transition's observation (one float32 at least) and 5 numbers
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if storage > memory:
+        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}{f' x --num-seeds {args.num_seeds}' * (args.num_seeds > 1)}: "
+                      f"the batch alone takes {storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
+    if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
+        raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
+                      f"first of the dynamics/ sample; got {args.coverage_samples})")
+    if args.coverage_samples is None:
+        args.coverage_samples = min(args.dynamics_batch, args.batch_size)
+    if args.dynamics_every and args.coverage_every % args.dynamics_every:
+        raise BadFlag(f"--coverage-every {args.coverage_every} must be a multiple of --dynamics-every {args.dynamics_every} "
+                      "(the states are saved at measured iterations)")
+    if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
+        args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
+    args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)  # 0 (by the device): resolve_fuse_iterations
+    if args.resume is not None:
+        if not os.path.isfile(args.resume):
+            raise BadFlag(f"--resume {args.resume}: no such file")
+        try:
+            meta, _ = read_checkpoint(args.resume)
+            missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
+            missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
+        except Exception as e:  # a truncated or foreign file
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+        this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
+        foreign = set(meta.get("args", {})) - set(asdict(args))
+        written_by = meta.get("script") or ("another script" if foreign else this)
+        if written_by != this:
+            raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
+        if missing:
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
+        for flag in STRUCTURAL_FLAGS:
+            if meta["args"][flag] != getattr(args, flag):
+                raise BadFlag(
+                    f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
+                    f"this run has {getattr(args, flag)}; only flags that keep the network and env shapes may change"
+                )
+        if meta["iteration"] >= args.num_iterations:
+            raise BadFlag(f"--resume {args.resume} is at iteration {meta['iteration']}, not before the last ({args.num_iterations}); raise --total-timesteps")
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# Environment: Brax, wrapped as PureJaxRL's ppo_continuous_action.py wraps it, vmapped over the envs
+# ---------------------------------------------------------------------------------------------
+class EnvFns(NamedTuple):
+    reset: callable  # keys -> obs, state
+    # (keys, state, action) -> obs, state, reward (the one trained on), done, score (the environment's own reward,
+    # summed into the logged episodic return)
+    step: callable
+    obs_dim: int
+    action_size: int
+    raw_obs: callable = None  # state -> its observations before normalisation, the coverage states (None: not normalised)
+
+
+class RunningStats(NamedTuple):
+    """Running mean and variance over every env's values so far (PureJaxRL's NormalizeVec* wrappers)."""
+    mean: jnp.ndarray
+    var: jnp.ndarray
+    count: jnp.ndarray
+
+    @classmethod
+    def start(cls, shape=()):
+        return cls(jnp.zeros(shape), jnp.ones(shape), jnp.asarray(1e-4, jnp.float32))
+
+    def update(self, batch):
+        """Merge the statistics of a batch (its first axis: the envs): Chan et al.'s parallel update, as PureJaxRL."""
+        batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
+        return RunningStats(self.mean + delta * batch_count / total, m2 / total, total)
+
+
+class BraxState(NamedTuple):
+    env: object  # Brax's State (its EpisodeWrapper's step count and AutoResetWrapper's first state inside)
+    obs_stats: RunningStats
+    return_stats: RunningStats
+    discounted_return: jnp.ndarray  # per env, what return_stats sees
+
+
+def make_env(args):
+    """A Brax environment as PureJaxRL's ppo_continuous_action.py wraps it (BraxGymnaxWrapper, ClipAction,
+    NormalizeVecObservation, NormalizeVecReward): episodes of BRAX_EPISODE_LENGTH steps, auto-reset (Brax's
+    AutoResetWrapper: an env restarts from its own first state), actions clipped to [-1, 1], observations normalised by
+    the running statistics after this step's update, rewards divided by the running std of the discounted return.
+    The statistics live in the env state, so checkpoints keep them."""
+    brax_envs = import_brax_envs()
+
+    env = brax_envs.create(args.env_id, episode_length=BRAX_EPISODE_LENGTH, auto_reset=True, backend=args.brax_backend)
+
+    def normalise(obs, stats):
+        return (obs - stats.mean) / jnp.sqrt(stats.var + 1e-8) if args.norm_obs else obs
+
+    def reset(keys):
+        state = jax.vmap(env.reset)(keys)
+        obs_stats = RunningStats.start(env.observation_size).update(state.obs)
+        return normalise(state.obs, obs_stats), BraxState(state, obs_stats, RunningStats.start(), jnp.zeros(len(keys)))
+
+    def step(keys, state, action):
+        env_state = jax.vmap(env.step)(state.env, jnp.clip(action, -1.0, 1.0))
+        done = env_state.done > 0.5  # ended or cut at BRAX_EPISODE_LENGTH (both end the return, as in PureJaxRL)
+        if args.brax_fresh_starts:  # where an episode ended, a new random start in place of the env's first one
+            fresh = jax.vmap(env.reset)(keys)
+            new = lambda f, s: jnp.where(done.reshape(done.shape + (1,) * (s.ndim - 1)), f, s)
+            env_state = env_state.replace(pipeline_state=jax.tree.map(new, fresh.pipeline_state, env_state.pipeline_state),
+                                          obs=new(fresh.obs, env_state.obs))
+        obs_stats = state.obs_stats.update(env_state.obs)
+        discounted_return = state.discounted_return * args.gamma * (1 - done) + env_state.reward
+        return_stats = state.return_stats.update(discounted_return)
+        reward = env_state.reward / jnp.sqrt(return_stats.var + 1e-8) if args.norm_reward else env_state.reward
+        state = BraxState(env_state, obs_stats, return_stats, discounted_return)
+        return normalise(env_state.obs, obs_stats), state, reward, done, env_state.reward
+
+    # coverage (App. B.7) measures the spread of the states visited: the raw observations, not ones divided by their
+    # own running spread
+    return EnvFns(reset, step, env.observation_size, env.action_size,
+                  raw_obs=(lambda state: state.env.obs) if args.norm_obs else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Network: MLPs and PureJaxRL's Gaussian policy
+# ---------------------------------------------------------------------------------------------
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+
+
+class MLP(nn.Module):
+    hidden_size: int
+    num_layers: int
+    out: int
+    out_scale: float
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x, with_hidden=False):
+        """The output; with_hidden: (output, [the activations of every hidden layer])."""
+        hidden = []
+        for _ in range(self.num_layers):
+            x = ACTIVATIONS[self.activation](nn.Dense(self.hidden_size, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
+            hidden.append(x)
+        out = nn.Dense(self.out, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0))(x)
+        return (out, hidden) if with_hidden else out
+
+
+# The Gaussian policy of continuous actions, PureJaxRL's (ppo_continuous_action.py: distrax.MultivariateNormalDiag of
+# the actor's output and a state-independent log-std initialised at 0). A distribution is (..., 2, A): the mean and
+# the log-std of each of the A action dimensions.
+class GaussianActor(nn.Module):
+    hidden_size: int
+    num_layers: int
+    action_size: int
+    activation: str = "tanh"
+
+    @nn.compact
+    def __call__(self, x, with_hidden=False):
+        mean, hidden = MLP(self.hidden_size, self.num_layers, self.action_size, 0.01, self.activation)(x, True)
+        log_std = self.param("log_std", nn.initializers.zeros, (self.action_size,))
+        dist = jnp.stack([mean, jnp.broadcast_to(log_std, mean.shape)], axis=-2)
+        return (dist, hidden) if with_hidden else dist
+
+
+def sample_action(key, dist):
+    """An action drawn from N(mean, std^2) per dimension (unclipped: the environment clips it, so its log-prob is exact)."""
+    return dist[..., 0, :] + jnp.exp(dist[..., 1, :]) * jax.random.normal(key, dist[..., 0, :].shape)
+
+
+def log_prob(dist, action):
+    """log N(action; mean, diag(std^2)), summed over the action dimensions."""
+    mean, log_std = dist[..., 0, :], dist[..., 1, :]
+    return (-0.5 * ((action - mean) / jnp.exp(log_std)) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+
+def entropy(dist):
+    return (dist[..., 1, :] + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
+
+
+def kl_divergence(dist_p, dist_q):
+    """Exact KL(p || q) of two diagonal Gaussians: the sum over dimensions of
+    log(std_q / std_p) + (std_p^2 + (mean_p - mean_q)^2) / (2 std_q^2) - 1/2."""
+    mean_p, log_std_p, mean_q, log_std_q = dist_p[..., 0, :], dist_p[..., 1, :], dist_q[..., 0, :], dist_q[..., 1, :]
+    spread = (jnp.exp(2.0 * log_std_p) + (mean_p - mean_q) ** 2) / (2.0 * jnp.exp(2.0 * log_std_q))
+    return (log_std_q - log_std_p + spread - 0.5).sum(-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6); the same definitions as
+# the torch scripts' (ppo_atari_envpool.py), in float32 inside the jitted update
+# ---------------------------------------------------------------------------------------------
+def feature_rank(features, threshold=0.99):
+    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance. The
+    squared singular values are the eigenvalues of the centred features' Gram matrix (units x units): one eigvalsh
+    in place of the SVD of (samples x units) that the torch scripts take (same ranks, tested)."""
+    centred = features - features.mean(axis=0, keepdims=True)
+    gram = jnp.matmul(centred.T, centred, precision=jax.lax.Precision.HIGHEST)  # no TF32/bf16 passes on a GPU
+    energy = jnp.cumsum(jnp.clip(jnp.linalg.eigvalsh(gram)[::-1], 0))  # sv**2, largest first
+    return jnp.where(energy[-1] > 0, jnp.searchsorted(energy, threshold * energy[-1]) + 1, 0)
+
+
+def dormant_percentage(activations, tau):
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all hidden layers."""
+    dormant, total = 0, 0
+    for h in activations:  # (batch, units)
+        score = jnp.abs(h).mean(axis=0)
+        score = score / (score.mean() + 1e-9)
+        dormant += (score <= tau).sum()
+        total += score.size
+    return 100.0 * dormant / total
+
+
+def weight_norm(params):
+    """B.3: sqrt of the sum of squared Frobenius norms of the weight matrices (flax `kernel`s; biases excluded)."""
+    kernels = [x for path, x in jax.tree_util.tree_leaves_with_path(params) if path[-1].key == "kernel"]
+    return jnp.sqrt(sum((k**2).sum() for k in kernels))
+
+
+def grad_kurtosis(grads):
+    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
+    g = jnp.log(jnp.abs(jnp.concatenate([x.ravel() for x in jax.tree.leaves(grads)])) + 1e-8)
+    centred = g - g.mean()
+    return (centred**4).mean() / (centred**2).mean() ** 2
+
+
+def ess_percentage(ratios):
+    """B.5 (Martino et al., 2017): 100 * ESS / N with ESS = 1 / sum_i w_i^2, w = r / sum r."""
+    w = ratios / ratios.sum()
+    return 100.0 / (w**2).sum() / ratios.size
+
+
+def policy_variance(dist):
+    """B.6 for continuous actions: the mean over action dimensions of the variance across states of the mean action
+    (the discrete definition averages Var_s[pi(a|s)] over the actions, a finite set a density does not have)."""
+    return dist[..., 0, :].var(axis=0).mean()
+
+
+# ---------------------------------------------------------------------------------------------
+# PPO-EWMA (stagnation §2.2, eq. 4; Hilton et al., 2022)
+# ---------------------------------------------------------------------------------------------
+def ewma_beta(com):
+    """Decay of an EWMA whose centre of mass is `com` steps: COM = 1 / (1 - beta) - 1."""
+    return com / (com + 1.0)
+
+
+def ewma_update(prox_params, params, beta, total_weight, bias_correction=True):
+    """One EWMA step after a minibatch step: (theta_prox, total weight).
+
+    With bias correction (openai/ppo-ewma's `EwmaModel.update`) the initial copy counts as one sample:
+    w' = beta w + 1, theta_prox <- (beta w / w') theta_prox + theta / w', so early iterations are not
+    pulled toward the random initialisation; w grows to 1 / (1 - beta) and the step becomes
+    theta_prox <- beta theta_prox + (1 - beta) theta, which is the update without correction.
+    """
+    if not bias_correction:
+        return jax.tree.map(lambda p, q: beta * p + (1.0 - beta) * q, prox_params, params), total_weight
+    new_total = beta * total_weight + 1.0
+    decayed = beta * total_weight / new_total
+    return jax.tree.map(lambda p, q: decayed * p + q / new_total, prox_params, params), new_total
+
+
+def decoupled_policy_loss(newlogprob, prox_logprob, behav_logprob, advantages, clip_coef, imp_samp_max):
+    """PPO-EWMA's decoupled clipped objective (stagnation §2.2, eq. 4), as openai/ppo-ewma computes it.
+
+    (pi_prox / pi_behav) min(r A, clip(r, 1 - eps, 1 + eps) A) with r = pi / pi_prox, in log space
+    (`compute_losses` in ppo_ewma/ppo.py): the behaviour log-prob is replaced by
+    logp_adj = max(logp_behav, stop_gradient(logp_new) - log imp_samp_max), which bounds the whole
+    ratio pi / pi_behav by imp_samp_max in both terms (imp_samp_max = 0: no bound). With prox = behav
+    it is PPO's clipped surrogate wherever pi / pi_behav <= imp_samp_max.
+    Returns (loss, clip fraction, share of samples where the bound is active).
+    """
+    logratio = newlogprob - prox_logprob
+    logp_adj = behav_logprob
+    if imp_samp_max > 0:
+        logp_adj = jnp.maximum(behav_logprob, jax.lax.stop_gradient(newlogprob) - math.log(imp_samp_max))
+    pg_losses = -advantages * jnp.exp(newlogprob - logp_adj)
+    low, high = jnp.log(1.0 - clip_coef), jnp.log(1.0 + clip_coef)  # clip_coef may be traced
+    clipped_logratio = jnp.clip(logratio, low, high)
+    pg_losses2 = -advantages * jnp.exp(clipped_logratio + prox_logprob - logp_adj)
+    loss = jnp.maximum(pg_losses, pg_losses2).mean()
+    clipfrac = ((logratio < low) | (logratio > high)).mean()
+    if imp_samp_max > 0:
+        imp_samp_clipfrac = (newlogprob - behav_logprob > math.log(imp_samp_max)).mean()
+    else:
+        imp_samp_clipfrac = jnp.zeros(())
+    return loss, clipfrac, imp_samp_clipfrac
+
+
+def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda, unroll=1):
+    """GAE(lambda) over (num_steps, num_envs); dones[t] = the episode ended with transition t."""
+
+    def body(carry, x):
+        gae, next_value = carry
+        reward, value, done = x
+        delta = reward + gamma * next_value * (1.0 - done) - value
+        gae = delta + gamma * gae_lambda * (1.0 - done) * gae
+        return (gae, value), gae
+
+    _, advantages = jax.lax.scan(body, (jnp.zeros_like(last_value), last_value), (rewards, values, dones), reverse=True,
+                                 unroll=unroll)
+    return advantages, advantages + values
+
+
+class Transition(NamedTuple):
+    obs: jnp.ndarray
+    action: jnp.ndarray
+    logprob: jnp.ndarray
+    behav_dist: jnp.ndarray  # the behaviour policy's mean and log-std at obs (..., 2, A), for the exact KL
+    value: jnp.ndarray
+    reward: jnp.ndarray
+    done: jnp.ndarray
+    raw_obs: jnp.ndarray = None  # the observation before normalisation (--norm-obs), the coverage states
+
+
+class RunnerState(NamedTuple):
+    params: dict  # {"actor": ..., "critic": ...}
+    opt_state: tuple
+    prox_params: dict  # EWMA of the actor's params (= the actor's params under standard PPO)
+    ewma_weight: jnp.ndarray  # total weight of the EWMA (openai's total_weight; 1 = only the initial copy)
+    env_state: tuple
+    obs: jnp.ndarray
+    episode_return: jnp.ndarray
+    episode_length: jnp.ndarray
+    rng: jnp.ndarray
+
+
+def hyperparameters(args):
+    """The float flags the update takes as traced values, float32: one compiled program serves every value of them (a
+    grid over the learning rate, clip epsilon or COM, a run's budget, a resume with a new COM or epsilon), so the
+    persistent compilation cache serves them all. The flags that shape the program stay Python constants."""
+    updates = args.num_iterations * args.update_epochs * args.num_minibatches
+    values = {"learning_rate": args.learning_rate, "lr_anneal_updates": updates, "clip_coef": args.clip_coef,
+              "vf_clip_coef": args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef,
+              "ent_coef": args.ent_coef, "vf_coef": args.vf_coef, "max_grad_norm": args.max_grad_norm,
+              "gamma": args.gamma, "gae_lambda": args.gae_lambda,
+              "ewma_beta": ewma_beta(args.ewma_com) if args.ewma_com is not None else 0.0}
+    return {name: np.float32(value) for name, value in values.items()}
+
+
+def make_train(args, env):
+    """(init, update, learning-rate schedule) for these flags, PureJaxRL style."""
+    actor = GaussianActor(args.hidden_size, args.num_layers, env.action_size, args.activation)
+    critic = MLP(args.hidden_size, args.num_layers, 1, 1.0, args.activation)
+    unroll = max(args.unroll, 1)  # (lax.scan would read 0, --unroll's "by the device", as "the whole loop")
+    ewma = args.ewma_com is not None
+    constants = hyperparameters(args)  # an update called without them: the flags as Python constants
+
+    def schedule(count, h=constants):
+        """The learning rate after `count` minibatch steps: linear to 0 over the run if --anneal-lr (CleanRL's and
+        PureJaxRL's annealing, optax.linear_schedule's formula), of h's values, traced or not."""
+        if not args.anneal_lr:
+            return h["learning_rate"] + 0 * count
+        return h["learning_rate"] * (1 - jnp.clip(count, 0, h["lr_anneal_updates"]) / h["lr_anneal_updates"])
+
+    def optimizer(h):
+        """Adam after clipping the global norm, at schedule's learning rate; one structure for any h (one checkpoint)."""
+        return optax.chain(optax.clip_by_global_norm(h["max_grad_norm"]), optax.adam(partial(schedule, h=h), eps=1e-5))
+
+    tx = optimizer(constants)  # its state's structure, for init
+
+    def policy(actor_params, obs):
+        """The policy's mean and log-std at obs, (..., 2, A)."""
+        return actor.apply(actor_params, obs)
+
+    def value_fn(critic_params, obs):
+        return critic.apply(critic_params, obs)[..., 0]
+
+    def init(rng):
+        rng, k_actor, k_critic, _, _, k_reset = jax.random.split(rng, 6)  # ppo_ewma_jax.py's keys: a seed's same draws
+        dummy = jnp.zeros((1, env.obs_dim))
+        params = {"actor": actor.init(k_actor, dummy), "critic": critic.init(k_critic, dummy)}
+        obs, env_state = env.reset(jax.random.split(k_reset, args.num_envs))
+        env_state = jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), env_state)  # drop weak types: one compile of update
+        zeros = jnp.zeros(args.num_envs)
+        return RunnerState(params, tx.init(params), params["actor"], jnp.ones(()), env_state, obs, zeros, zeros, rng)
+
+    def loss_fn(params, prox_logprob, mb, advantages, targets, h):
+        dist = policy(params["actor"], mb.obs)
+        newlogprob = log_prob(dist, mb.action)
+        pg_loss, clipfrac, imp_samp_clipfrac = decoupled_policy_loss(newlogprob, prox_logprob, mb.logprob, advantages,
+                                                                     h["clip_coef"], args.imp_samp_max)
+        newvalue = value_fn(params["critic"], mb.obs)
+        if args.clip_vloss:
+            v_clipped = mb.value + jnp.clip(newvalue - mb.value, -h["vf_clip_coef"], h["vf_clip_coef"])
+            v_loss = 0.5 * jnp.maximum((newvalue - targets) ** 2, (v_clipped - targets) ** 2).mean()
+        else:
+            v_loss = 0.5 * ((newvalue - targets) ** 2).mean()
+        entropy_loss = entropy(dist).mean()
+        loss = pg_loss - h["ent_coef"] * entropy_loss + v_loss * h["vf_coef"]
+        return loss, (pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac)
+
+    def minibatch_grads(params, prox_params, minibatch, h):
+        """(gradient of the loss on one minibatch, the loss's statistics); the advantages are normalised here."""
+        mb, mb_advantages, mb_targets = minibatch
+        if args.norm_adv:
+            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        prox_logprob = log_prob(policy(prox_params, mb.obs), mb.action) if ewma else mb.logprob
+        (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets, h)
+        return grads, aux
+
+    def dynamics_metrics(params, first_grads, batch, rng):
+        """App. B's metrics after the update on a sample of --dynamics-batch states of the batch (the torch scripts'
+        `dynamics_metrics`), and the kurtosis of the first minibatch's raw gradient (before clipping)."""
+        obs, action, behav_logprob = batch.obs, batch.action, batch.logprob
+        sample = jax.random.permutation(rng, args.batch_size)[: min(args.dynamics_batch, args.batch_size)]
+        out, actor_hidden = actor.apply(params["actor"], obs[sample], True)
+        _, critic_hidden = critic.apply(params["critic"], obs[sample], True)
+        dist = out
+        return {
+            "dynamics/weight_norm": weight_norm(params),
+            "dynamics/feature_rank": feature_rank(actor_hidden[-1]).astype(jnp.float32),
+            "dynamics/dormant_pct": dormant_percentage(actor_hidden, args.dormant_tau),
+            "dynamics/feature_rank_critic": feature_rank(critic_hidden[-1]).astype(jnp.float32),
+            "dynamics/dormant_pct_critic": dormant_percentage(critic_hidden, args.dormant_tau),
+            "dynamics/policy_variance": policy_variance(dist),
+            "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(dist, action[sample]) - behav_logprob[sample])),
+            "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
+            # states for the coverage metric (App. B.7): the first --coverage-samples of the sample; the host fetches
+            # and writes those of the --coverage-every iterations
+            "coverage/obs": (obs if batch.raw_obs is None else batch.raw_obs)[sample[: args.coverage_samples]].astype(jnp.float16),
+            "coverage/features": actor_hidden[-1][: args.coverage_samples].astype(jnp.float16),
+        }
+
+    @jax.jit  # jitted so that its trace is cached: `update` asks for its shapes, then calls it
+    def measured(start_params, prox_params, params, batch, first_epoch_key, k_epochs, h):
+        """The dynamics/ metrics of an iteration (and its coverage states)."""
+        # the first minibatch of the first epoch, as update_epoch draws it, at the parameters it saw: its raw gradient
+        first = jax.random.permutation(first_epoch_key, args.batch_size)[: args.minibatch_size]
+        first_grads, _ = minibatch_grads(start_params, prox_params, jax.tree.map(lambda x: x[first], batch), h)
+        return dynamics_metrics(params, first_grads, batch[0], jax.random.fold_in(k_epochs, args.update_epochs))
+
+    def update(runner, measure=False, hyper=None):
+        """One iteration: rollout, GAE, epochs x minibatches; `measure` (a traced bool) adds the dynamics/ metrics.
+        `hyper`: hyperparameters(args) as arrays, so that other values of those flags run this same program (else
+        they are compiled in as constants)."""
+        h = constants if hyper is None else hyper
+        tx = optimizer(h)
+        start_params = runner.params
+
+        def env_step(runner, _):
+            rng, k_action, k_env, _ = jax.random.split(runner.rng, 4)
+            dist = policy(runner.params["actor"], runner.obs)
+            action = sample_action(k_action, dist)
+            value = value_fn(runner.params["critic"], runner.obs)
+            obs, env_state, reward, done, score = env.step(jax.random.split(k_env, args.num_envs), runner.env_state, action)
+            episode_return = runner.episode_return + score
+            episode_length = runner.episode_length + 1
+            stats = (done, episode_return * done, episode_length * done)
+            transition = Transition(runner.obs, action, log_prob(dist, action), dist, value, reward, done.astype(jnp.float32),
+                                    env.raw_obs(runner.env_state) if env.raw_obs else None)
+            runner = runner._replace(env_state=env_state, obs=obs, rng=rng,
+                                     episode_return=episode_return * (1 - done), episode_length=episode_length * (1 - done))
+            return runner, (transition, stats)
+
+        runner, (traj, stats) = jax.lax.scan(env_step, runner, None, args.num_steps, unroll=unroll)
+        last_value = value_fn(runner.params["critic"], runner.obs)
+        advantages, targets = compute_gae(traj.reward, traj.value, traj.done, last_value, h["gamma"], h["gae_lambda"],
+                                          unroll)
+
+        def update_minibatch(carry, minibatch):
+            params, opt_state, prox_params, ewma_weight = carry
+            grads, aux = minibatch_grads(params, prox_params, minibatch, h)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            if ewma:
+                prox_params, ewma_weight = ewma_update(prox_params, params["actor"], h["ewma_beta"], ewma_weight,
+                                                       args.ewma_bias_correction)
+            else:
+                prox_params = params["actor"]
+            return (params, opt_state, prox_params, ewma_weight), (*aux, optax.global_norm(grads),
+                                                                   optax.global_norm(grads["actor"]))
+
+        # flattened once; the behaviour log-probs only feed the KL pass below, so they are not shuffled
+        batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]),
+                             (traj._replace(behav_dist=None), advantages, targets))
+        learned = (batch[0]._replace(raw_obs=None), *batch[1:])  # what minibatches gather (Brax's raw obs: coverage only)
+
+        def update_epoch(carry, rng):
+            # each minibatch gathers its rows of the batch where it is used: no shuffled copy of the whole batch
+            permutation = jax.random.permutation(rng, args.batch_size)
+            minibatch_rows = permutation.reshape(args.num_minibatches, args.minibatch_size)
+            return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], learned)),
+                                carry, minibatch_rows, unroll=unroll)
+
+        rng, k_epochs = jax.random.split(runner.rng)
+        epoch_keys = jax.random.split(k_epochs, args.update_epochs)
+        (params, opt_state, prox_params, ewma_weight), losses = jax.lax.scan(
+            update_epoch, (runner.params, runner.opt_state, runner.prox_params, runner.ewma_weight), epoch_keys
+        )
+
+        operands = (start_params, runner.prox_params, params, batch, epoch_keys[0], k_epochs, h)
+        shapes = jax.eval_shape(measured, *operands)  # traces `measured` once: the cond below reuses the trace
+        dynamics = jax.lax.cond(measure, measured, lambda *_: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes),
+                                *operands)
+        runner = runner._replace(params=params, opt_state=opt_state, prox_params=prox_params, ewma_weight=ewma_weight, rng=rng)
+
+        # KL(behaviour || updated policy) on the whole batch after the last epoch, exact (diagonal Gaussians);
+        # DDR = transitions per iteration / that KL (stagnation §4.4). In chunks of at most KL_CHUNK states (a chunk a
+        # minibatch or more: one forward pass for a small batch, where each extra pass costs kernel launches).
+        def batch_kls(chunk):
+            obs, behav_dist = chunk
+            new_dist = policy(params["actor"], obs)
+            prox_kl = kl_divergence(policy(prox_params, obs), new_dist).sum() if ewma else 0.0
+            return kl_divergence(behav_dist, new_dist).sum(), prox_kl
+
+        num_chunks = next(c for c in range(1, args.num_minibatches + 1)
+                          if args.num_minibatches % c == 0 and (args.batch_size // c <= KL_CHUNK or c == args.num_minibatches))
+        chunks = jax.tree.map(lambda x: x.reshape((num_chunks, args.batch_size // num_chunks) + x.shape[2:]),
+                              (traj.obs, traj.behav_dist))
+        kl_sums, prox_kl_sums = jax.lax.map(batch_kls, chunks)  # (a scan unrolled here crashed XLA:GPU at 524,288 envs)
+        pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac, grad_norm, grad_norm_actor = jax.tree.map(jnp.mean, losses)
+        diff = jax.tree.map(lambda a, b: a - b, params, start_params)
+        done, ret_sum, len_sum = jax.tree.map(jnp.sum, stats)
+        metrics = {
+            "losses/policy_loss": pg_loss,
+            "losses/value_loss": v_loss,
+            "losses/entropy": entropy_loss,
+            "losses/clipfrac": clipfrac,
+            "losses/imp_samp_clipfrac": imp_samp_clipfrac,
+            "losses/grad_norm": grad_norm,
+            "losses/grad_norm_actor": grad_norm_actor,
+            "losses/approx_kl": kl_sums.sum() / args.batch_size,
+            "charts/update_norm": optax.global_norm(diff),
+            "charts/update_norm_actor": optax.global_norm(diff["actor"]),
+            "losses/explained_variance": 1.0 - jnp.var(targets - traj.value) / jnp.var(targets),
+            "episodes": done,
+            "episode_return_sum": ret_sum,
+            "episode_length_sum": len_sum,
+        }
+        if ewma:
+            metrics["losses/prox_kl"] = prox_kl_sums.sum() / args.batch_size
+        return runner, {**metrics, **dynamics}
+
+    update_once = jax.jit(update)
+
+    def fused_update(runner, measure, active, hyper=None):
+        """--fuse-iterations iterations in one call: a scan of `update` whose metrics come back stacked. An iteration
+        whose `active` is False leaves the runner as it is (a call that ends early, at a checkpoint or the last
+        iteration, has the same shapes and so the same compiled program)."""
+        shapes = jax.eval_shape(update_once, runner, measure[0], hyper)[1]  # cached: the cond below traces no more
+
+        def skipped(runner):
+            return runner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        def body(runner, x):
+            measure, active = x
+            return jax.lax.cond(active, lambda r: update_once(r, measure, hyper), skipped, runner)
+
+        return jax.lax.scan(body, runner, (measure, active))
+
+    return init, fused_update, schedule
+
+
+# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
+# analyze.py --coverage
+def coverage_records(obs, features, iteration, global_step):
+    """The records of one iteration's saved states (obs and features as the update returns them, float16)."""
+    records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "<f2", obs.shape[1:]),
+                                           ("features", "<f2", features.shape[1:])]))
+    records["iteration"], records["global_step"], records["obs"], records["features"] = iteration, global_step, obs, features
+    return records
+
+
+def append_coverage(run_dir, records):
+    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
+    header = os.path.join(run_dir, "coverage.json")
+    if not os.path.exists(header):
+        with open(header, "w") as f:
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
+                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
+                                 for name in records.dtype.names],
+                       "obs": "the observation the policy sees", "features": "the actor's last hidden layer"}, f)
+    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
+        f.write(records.tobytes())
+
+
+def save_checkpoint(path, state, iteration, global_step, train_seconds, args):
+    """One .npz: every array of `state` (the runner state), plus the flags and counters."""
+    leaves = jax.tree.leaves(state)
+    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
+            "train_seconds": train_seconds, "args": asdict(args),
+            "script": os.path.basename(__file__)}
+    tmp = f"{path}.tmp.npz"
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)})
+    os.replace(tmp, path)  # never a half-written checkpoint
+    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
+
+
+
+def prune_checkpoints(directory, keep):
+    """Delete all but the newest `keep` checkpoints iter_<i>.npz of a run (keep 0: delete none)."""
+    iterations = sorted(int(name[5:-4]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.npz", name))
+    for iteration in iterations[:-keep] if keep else []:
+        os.remove(os.path.join(directory, f"iter_{iteration}.npz"))
+
+
+def restore_checkpoint(path, target):
+    """The state saved at `path`, iteration, global_step, training seconds; checked leaf by leaf against `target`'s
+    shapes."""
+    meta, leaves = read_checkpoint(path)
+    expected, treedef = jax.tree.flatten(target)
+    if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
+        raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
+    return (jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves]), meta["iteration"], meta["global_step"],
+            meta.get("train_seconds", 0.0))
+
+
+REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
+
+
+class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
+    """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at the end of the running call, with
+    a checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
+    call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA."""
+
+    def __init__(self):
+        super().__init__()
+        self.signum, self.training, self.checkpoint, self.compiling, self.ctrl_c = None, False, None, [], False
+        for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+            signal.signal(signum, self.handle)
+
+    def handle(self, signum, frame):
+        again, self.ctrl_c = self.ctrl_c and signum == signal.SIGINT, self.ctrl_c or signum == signal.SIGINT
+        if not self.training or again:  # a second Ctrl-C aborts, whatever signal came first
+            self.signum = signum
+            raise self
+        self.signum = self.signum or signum
+
+    @property
+    def exit_status(self):
+        return 128 + signal.SIGINT if self.signum == signal.SIGINT else REQUEUE
+
+
+def in_background(*fns):
+    """Each fn() in turn on a daemon thread, as Futures: a run that stops or fails while XLA compiles does not wait for
+    it (XLA compiles without holding the GIL: on two or more cores the set-up's own small compilations run beside it)."""
+    futures = [Future() for _ in fns]
+
+    def run():
+        for fn, future in zip(fns, futures):
+            try:
+                future.set_result(fn())
+            except BaseException as e:  # handed to whoever asks for the result
+                future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True).start()
+    return futures
+
+
+def filling_iterations(args, device=None):
+    """Iterations of all seeds that fill FUSE_TRANSITIONS on `device` (None: the one this process trains on)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    return max(1, FUSE_TRANSITIONS[device] // (args.batch_size * args.num_seeds))
+
+
+def resolve_fuse_iterations(args, device=None):
+    """--fuse-iterations 0 and --unroll 0: their values on `device` ("cpu" or "accelerator"; None: the one this process
+    trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU
+    machine takes no GPU)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    if args.fuse_iterations == 0:  # a call ends at each checkpoint: no more slots than fit between them
+        intervals = [args.save_every] if args.save_every else []
+        args.fuse_iterations = min([filling_iterations(args, device), args.num_iterations] + intervals)
+    if args.unroll == 0:  # only where a call holds several iterations of small batches: there the loop trips cost (on
+        # an H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: docs/ppo_ewma_jax.md)
+        small = args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device]
+        args.unroll = UNROLL[device] if small and args.fuse_iterations > 1 else 1
+    return args
+
+
+def use_compile_cache(args):
+    """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
+    anything compiles (checking the flags builds some envs): JAX settles the cache at its first compilation."""
+    if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
+        jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
+        return
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
+    jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update and init programs
+
+
+def main(args, stop):
+    """Train; the exit status (0, or 75 / 130 after a stop with a checkpoint)."""
+    resolve_fuse_iterations(args)
+    env = make_env(args)
+    init, update, schedule = make_train(args, env)
+    # --num-seeds: each seed's keys as a lone run makes them; every array below has a leading seed axis
+    seeds = [args.seed + i for i in range(args.num_seeds)]
+    # (seeds, [rng, levels, init]): ppo_ewma_jax.py's split, whose second key samples its levels
+    k_init = jnp.stack([jax.random.split(jax.random.PRNGKey(seed), 3) for seed in seeds])[:, 2]
+    start = jax.jit(jax.vmap(init))  # jitted: eval_shape's trace is reused by the call
+    runner_shape = jax.eval_shape(start, k_init)
+    start_iteration, global_step, train_seconds = 0, 0, 0.0
+    if args.resume is not None:  # one seed's checkpoint holds its arrays as a lone run's (no seed axis)
+        target = runner_shape
+        if args.num_seeds == 1:
+            target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), target)
+        runner, start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, target)
+        if args.num_seeds == 1:
+            runner = jax.tree.map(lambda x: x[None], runner)
+    tags = []  # the scalar metrics in the order train_call stacks them (set when it is traced)
+
+    hyper = hyperparameters(args)  # traced: other values of these flags run the same program
+
+    def train_call(runner, measure, active, hyper):
+        """--fuse-iterations iterations of every seed; every scalar metric comes back in one (seeds, iterations, tags)
+        array, one transfer a call."""
+        if args.num_seeds == 1:  # one seed: the lone run's program itself
+            runner, metrics = update(jax.tree.map(lambda x: x[0], runner), measure, active, hyper)
+            runner, metrics = jax.tree.map(lambda x: x[None], (runner, metrics))
+        else:
+            runner, metrics = jax.vmap(update, in_axes=(0, None, None, None))(runner, measure, active, hyper)
+        tags[:] = [tag for tag in metrics if not tag.startswith("coverage/")]
+        scalars = jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
+        return runner, scalars, (metrics["coverage/obs"], metrics["coverage/features"])
+
+    # the update compiles on a second thread while this one sets the run up
+    train_call = jax.jit(train_call, donate_argnums=0)
+    flags_shape = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
+    compiled_update, = stop.compiling = in_background(
+        lambda: train_call.lower(runner_shape, flags_shape, flags_shape, hyper).compile())
+    stamp = int(time.time())
+    run_names = [f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    mode = "PPO" if args.ewma_com is None else f"PPO-EWMA (COM {args.ewma_com:g}, beta {ewma_beta(args.ewma_com):.4f})"
+    print(
+        f"{mode}: batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
+        f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
+        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
+        + (f"; seeds {seeds[0]}..{seeds[-1]} in one program" if args.num_seeds > 1 else "")
+        + (f"; resuming {args.resume} after iteration {start_iteration}" if args.resume else "")
+    )
+    if args.ewma_com is not None:
+        steps = args.update_epochs * args.num_minibatches
+        print(
+            f"PPO-EWMA: COM {args.ewma_com:g} minibatch steps against {steps} minibatch steps per iteration, over which "
+            f"PPO's proximal policy lags by (steps - 1) / 2 = {(steps - 1) / 2:g} on average (COM / lag = "
+            f"{args.ewma_com / max((steps - 1) / 2, 0.5):.2g}). A COM far below that lag lets the policy move far from the "
+            "behaviour policy within one iteration: watch losses/approx_kl and losses/entropy (docs/ppo_ewma_brax.md, PPO-EWMA)."
+        )
+    if args.track:
+        import wandb
+
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                   config=vars(args), name=run_names[0], save_code=True)
+    writers = [SummaryWriter(f"runs/{name}") for name in run_names]
+    for seed, writer in zip(seeds, writers):
+        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
+            f"|{key}|{seed if key == 'seed' else value}|" for key, value in vars(args).items()))
+
+    if args.resume is None:
+        runner = start(k_init)
+    train_call = compiled_update.result()
+
+    recent_returns = deque(maxlen=20)
+    progress = tqdm(total=args.num_iterations * args.batch_size * args.num_seeds, initial=global_step * args.num_seeds,
+                    unit="step", unit_scale=True, dynamic_ncols=True)
+    start_time, start_step = time.time(), global_step
+    logged_time = start_time  # when the metrics of the last logged call arrived
+    # iterations a call may take (CALL_SECONDS): before a call is measured, as many as the default fills
+    call_iterations = min(args.fuse_iterations, filling_iterations(args))
+    @lru_cache(maxsize=1)
+    def learning_rates(block):
+        """The learning rate after each iteration of block `block` (LR_BLOCK iterations), computed once a block: a jax
+        call in the loop waits for the running update."""
+        iterations = np.minimum(np.arange(block * LR_BLOCK, (block + 1) * LR_BLOCK), args.num_iterations)
+        counts = iterations * args.update_epochs * args.num_minibatches
+        return np.broadcast_to(np.asarray(schedule(counts)), counts.shape)
+
+    learning_rates(start_iteration // LR_BLOCK)
+
+    def log_call(first, last, measure, scalars, states):
+        """Log iterations first..last of one call, each at its own step, one event per iteration and seed. The call's
+        wall time (from the previous call's metrics to this one's) is shared evenly among its iterations."""
+        nonlocal global_step, logged_time, call_iterations
+        numbers = np.arange(first, last + 1)
+        saves = measure[: len(numbers)] & (args.coverage_samples > 0) & ((numbers == 1) | (numbers % max(args.coverage_every, 1) == 0))
+        # the call's own buffers only: an indexing op would queue behind the call that is running now and wait for it
+        scalars, states = jax.device_get((scalars, states if saves.any() else None))
+        now = time.time()
+        for i, iteration in enumerate(numbers):
+            global_step += args.batch_size
+            seconds = logged_time + (now - logged_time) * (i + 1) / (last - first + 1) - start_time
+            for s, (name, writer) in enumerate(zip(run_names, writers)):
+                metrics = dict(zip(tags, scalars[s, i].tolist()))
+                if saves[i]:
+                    append_coverage(f"runs/{name}", coverage_records(states[0][s, i], states[1][s, i], iteration, global_step))
+                if not measure[i]:
+                    metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
+                episodes = metrics.pop("episodes")
+                ret_sum, len_sum = metrics.pop("episode_return_sum"), metrics.pop("episode_length_sum")
+                if episodes:
+                    recent_returns.append(ret_sum / episodes)
+                    metrics["charts/episodic_return"] = ret_sum / episodes
+                    metrics["charts/episodic_length"] = len_sum / episodes
+                metrics["charts/ddr"] = args.batch_size / max(metrics["losses/approx_kl"], 1e-12)
+                metrics["charts/learning_rate"] = learning_rates(iteration // LR_BLOCK)[iteration % LR_BLOCK]
+                metrics["charts/SPS"] = int((global_step - start_step) / seconds)
+                metrics["charts/train_seconds"] = train_seconds + seconds  # wall-clock x
+                writer.add_scalars(metrics, global_step)
+        per_iteration = (now - logged_time) / (last - first + 1)
+        call_iterations = min(args.fuse_iterations, max(1, int(CALL_SECONDS / max(per_iteration, 1e-9))))
+        logged_time = now
+        progress.update(args.batch_size * args.num_seeds * (last - first + 1))
+        progress.set_postfix(sps=int(args.num_seeds * (global_step - start_step) / (now - start_time)),
+                             ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
+
+    def checkpoint(iteration):
+        """runs/<first seed's run>/checkpoints/iter_<iteration>.npz: one seed's arrays as a lone run's, several seeds'
+        with their seed axis."""
+        os.makedirs(f"runs/{run_names[0]}/checkpoints", exist_ok=True)
+        state = runner if args.num_seeds > 1 else jax.tree.map(lambda x: x[0], runner)
+        path = f"runs/{run_names[0]}/checkpoints/iter_{iteration}.npz"
+        save_checkpoint(path, state, iteration, global_step, train_seconds + time.time() - start_time, args)
+        stop.checkpoint = path  # named once written
+
+    iteration, pending = start_iteration, None
+    if stop.signum is not None:  # a signal whose raise was lost (a gc callback, where it may land, ignores exceptions)
+        raise stop
+    stop.training = True  # a signal now stops the run after the running call, with a checkpoint
+    while iteration < args.num_iterations:
+        # this call's iterations: up to --fuse-iterations (and CALL_SECONDS), ending at the next checkpoint or the last one
+        last = min(iteration + call_iterations, args.num_iterations)
+        if args.save_every:
+            last = min(last, (iteration // args.save_every + 1) * args.save_every)
+        numbers = np.arange(iteration + 1, iteration + args.fuse_iterations + 1)
+        active = numbers <= last
+        measure = active & (args.dynamics_every > 0) & ((numbers % max(args.dynamics_every, 1) == 0) | (numbers == 1))
+        runner, *stacked = train_call(runner, measure, active, hyper)
+        if pending:  # the previous call's metrics are logged while this call computes (JAX dispatches asynchronously)
+            log_call(*pending)
+        pending, iteration = (iteration + 1, last, measure, *stacked), last
+        stopping = stop.signum is not None and iteration < args.num_iterations  # read once: it may change any time
+        save_now = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations) or stopping
+        if save_now or iteration == args.num_iterations:
+            log_call(*pending)
+            pending = None
+            if save_now:
+                checkpoint(iteration)
+        if stopping:
+            progress.close()
+            print(f"stopped by signal {stop.signum} after iteration {iteration}; resume with --resume {stop.checkpoint}")
+            break
+    progress.close()
+    for writer in writers:
+        writer.close()
+    return stop.exit_status if stopping else 0
+
+
+if __name__ == "__main__":
+    args = tyro.cli(Args)
+    use_compile_cache(args)
+    stop = Stop()
+    try:
+        resolve_args(args)
+        check_runs_directory()
+        status = main(args, stop)
+    except BadFlag as e:
+        print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except (Exception, Stop) as e:  # stopped before the first call or by a second Ctrl-C, or an error
+        if isinstance(e, Stop):
+            resume = stop.checkpoint or args.resume
+            print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else 'before the first iteration'}); "
+                  + (f"resume with --resume {resume}" if resume else "nothing saved: rerun the command"))
+            status = e.exit_status
+        else:
+            traceback.print_exc()
+            status = 1
+        if any(not future.done() for future in stop.compiling):  # exit now: not when XLA finishes compiling
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(status)
+    sys.exit(status)

@@ -1,0 +1,82 @@
+"""The Args fields that cannot change what a run learns: one list, benchmark/common.py's NON_IDENTITY, which the launcher
+leaves out of a run's identity and the analysis out of its configs, held against what each script of cleanrl_scale/
+itself counts as not changing learning: its NOT_LEARNING (the torch scripts: the flags a --resume may change without
+reporting them) and the fields its Args groups under "# Speed" and "# Checkpoints"."""
+import ast
+import dataclasses
+import functools
+
+import pytest
+
+from benchmark import configs, launch
+from benchmark.common import NON_IDENTITY, SCRIPTS, load_script
+
+NAMES = sorted(path.stem for path in SCRIPTS.glob("*.py"))
+NOT_LEARNING_SECTIONS = ("Speed", "Checkpoints")  # the first word of an Args heading
+# flags a script counts as not changing what it learns that a run's identity keeps, and why
+KEPT = {
+    "reset_envs_at": "restarts every env on fresh episodes (to check a resume): other episodes, other numbers",
+    "save_model": "writes the trained model (the Atari scripts evaluate it too): a store holding the run without it "
+                  "would skip the run and never write it",
+    "eval_episodes": "other evaluations: other logged eval/ numbers",
+    "eval_every": "other evaluations: other logged eval/ numbers",
+    "torch_threads": "torch's CPU threads (speed, and the rounding of threaded reductions); leaving it out would rename "
+                     "every run of the torch scripts in the stores",
+    "num_seeds": "the launcher's own: it packs seeds with it and refuses it after --, so a run's identity has 1",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def script(name):
+    return load_script(name)  # torch, JAX, envpool: each script imported once
+
+
+def fields(name):
+    return {f.name for f in dataclasses.fields(script(name).Args)}
+
+
+@functools.lru_cache(maxsize=None)
+def headings(name):
+    """{field of the script's Args: the `# ...` comment line above it (None before the first)}, from its source."""
+    source = (SCRIPTS / f"{name}.py").read_text()
+    lines = source.splitlines()
+    (args,) = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name == "Args"]
+    found, heading, after = {}, None, args.lineno
+    for node in args.body:  # fields and their docstrings; comments only between them
+        for line in lines[after:node.lineno - 1]:
+            if line.strip().startswith("# "):
+                heading = line.strip()[2:]
+        if isinstance(node, ast.AnnAssign):
+            found[node.target.id] = heading
+        after = node.end_lineno
+    return found
+
+
+def not_learning(name):
+    """The flags the script itself counts as not changing what a run learns."""
+    sections = {f for f, heading in headings(name).items() if heading and heading.split()[0] in NOT_LEARNING_SECTIONS}
+    return set(getattr(script(name), "NOT_LEARNING", ())) | sections
+
+
+def test_the_launcher_and_the_analysis_use_the_one_list():
+    assert launch.NON_IDENTITY is NON_IDENTITY
+    assert configs.NOT_CONFIG == set(NON_IDENTITY) | set(configs.RUN_OWN)
+    assert len(set(NON_IDENTITY)) == len(NON_IDENTITY) and not set(NON_IDENTITY) & set(configs.RUN_OWN)
+
+
+def test_every_listed_flag_is_a_field_of_a_script():
+    known = set().union(*(fields(name) for name in NAMES))
+    assert not (set(NON_IDENTITY) | set(configs.RUN_OWN)) - known
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_what_a_script_counts_as_not_learning_is_listed(name):
+    assert set(headings(name)) == fields(name)  # the headings were read off the Args fields
+    missing = not_learning(name) - set(NON_IDENTITY) - set(configs.RUN_OWN) - set(KEPT)
+    assert not missing, (f"{name}.py counts {sorted(missing)} as not changing what a run learns: add them to "
+                         "benchmark/common.py's NON_IDENTITY, or to KEPT here with the reason a run's identity keeps them")
+
+
+def test_every_kept_flag_is_one_a_script_counts_as_not_learning():
+    marked = set().union(*(not_learning(name) for name in NAMES))
+    assert set(KEPT) <= marked - set(NON_IDENTITY)
