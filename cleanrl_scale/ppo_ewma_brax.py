@@ -50,11 +50,6 @@ from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.summary.writer import event_file_writer
 from tqdm import tqdm
 
-RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
-BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
-BRAX_EPISODE_LENGTH = 1000  # Brax's EpisodeWrapper length, as PureJaxRL's BraxGymnaxWrapper and Brax's own PPO use
-# flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
-STRUCTURAL_FLAGS = ("env_id", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend", "num_seeds")
 # --fuse-iterations 0: iterations per jitted call until a call trains on this many transitions. Below it a call's
 # fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute: on a 2-core CPU
 # 32,768 transitions take ~0.5-1 s; a GPU trains them in a few milliseconds and needs ~64 times more per call.
@@ -206,33 +201,7 @@ class Args:
     """the number of iterations (computed in runtime: setting it is refused)"""
 
 
-class SummaryWriter:
-    """The event files torch.utils.tensorboard.SummaryWriter writes (scalars as simple values, text for the text
-    plugin), through the tensorboard package's own EventFileWriter: importing torch only for them took ~1.2 s of every
-    run's start."""
-
-    def __init__(self, logdir):
-        self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
-
-    def add_scalars(self, values, step):
-        """Every {tag: value} at one step in one event: one write where one a tag took ~10 times the host's time (what
-        TensorBoard and wandb read back is the same)."""
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()])
-        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
-
-    def add_text(self, tag, text):
-        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
-        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
-                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
-        summary = Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
-        self.file.add_event(Event(wall_time=time.time(), step=0, summary=summary))
-
-    def close(self):
-        self.file.close()
-
-
-class BadFlag(ValueError):
-    """A flag value that breaks a rule; reported as one line, exit status 2."""
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 
 
 def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
@@ -267,176 +236,12 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
     return int(minibatches), int(mb_size), lr0 * lr_factor
 
 
-def read_checkpoint(path):
-    """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
-    with np.load(path, allow_pickle=False) as data:
-        meta = json.loads(str(data["meta"]))
-        leaves = [data[f"leaf_{i}"] for i in range(meta["num_leaves"])]
-    return meta, leaves
-
-
-def import_brax_envs():
-    """brax.envs, imported on first use, without the "Failed to import warp" lines MuJoCo's MJX prints to stdout when
-    the optional warp package is absent (Brax's own backends do not use it)."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        from brax import envs
-    return envs
-
-
-def brax_env_ids():
-    """The environments Brax registers (ant, humanoid, ...)."""
-    return tuple(import_brax_envs()._envs)  # Brax's registry (get_environment / register_environment read and write it)
-
-
-def check_runs_directory():
-    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
-    if os.path.lexists("runs") and not os.path.isdir("runs"):
-        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
-    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
-        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
-
-
-def resolve_args(args):
-    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
-    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
-        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
-    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
-        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
-    for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
-        if getattr(args, flag):
-            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
-    if args.env_id not in brax_env_ids():
-        raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers",
-                 "dynamics_batch", "num_seeds"):
-        if getattr(args, flag) <= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "save_every", "keep_checkpoints", "dynamics_every", "fuse_iterations",
-                 "coverage_every", "unroll"):
-        if getattr(args, flag) < 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for field in fields(args):  # inf and nan break every rule below without failing a comparison
-        value = getattr(args, field.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
-    if not 0 <= args.seed <= 2**31 - args.num_seeds:  # the seeds are int32 inside the program
-        raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
-    if args.track and args.num_seeds > 1:
-        raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
-    for flag in ("learning_rate", "max_grad_norm"):
-        if not getattr(args, flag) > 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
-        raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
-    if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
-        raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
-    if args.imp_samp_max is None:
-        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
-    if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
-        raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
-    for flag in ("ent_coef", "vf_coef", "dormant_tau"):
-        if not getattr(args, flag) >= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("gamma", "gae_lambda"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
-    if args.ewma_com is not None and not args.ewma_com >= 0:
-        raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
-    if args.activation not in ACTIVATIONS:
-        raise BadFlag(f"--activation must be one of {', '.join(ACTIVATIONS)} (got {args.activation!r})")
-    if args.brax_backend not in BRAX_BACKENDS:
-        raise BadFlag(f"--brax-backend must be one of {', '.join(BRAX_BACKENDS)} (got {args.brax_backend!r})")
-    import mujoco  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
-
-    brax_envs = import_brax_envs()
-    previous = mujoco.get_mju_user_warning()
-    mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
-    try:
-        with warnings.catch_warnings():  # Brax's notice that it is no longer maintained: said once, by make_env
-            warnings.simplefilter("ignore")
-            brax_envs.get_environment(args.env_id, backend=args.brax_backend)
-    except ValueError as e:
-        raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
-    finally:
-        mujoco.set_mju_user_warning(previous)
-    args.batch_size = args.num_envs * args.num_steps
-    if args.scaling_recipe != "none":
-        if args.num_minibatches is not None or args.minibatch_size:
-            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
-        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
-            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
-            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
-        )
-    elif args.minibatch_size:
-        if args.batch_size % args.minibatch_size:
-            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
-        derived = args.batch_size // args.minibatch_size
-        if args.num_minibatches is not None and args.num_minibatches != derived:
-            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
-        args.num_minibatches = derived
-    else:
-        args.num_minibatches = 32 if args.num_minibatches is None else args.num_minibatches
-        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
-            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
-        args.minibatch_size = args.batch_size // args.num_minibatches
-    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
-        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if args.num_iterations == 0:
-        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
-    if args.num_iterations * args.update_epochs * args.num_minibatches >= 2**31:
-        raise BadFlag(f"--total-timesteps {args.total_timesteps} gives {args.num_iterations} iterations of "
-                      f"{args.update_epochs * args.num_minibatches} minibatch steps: at most 2^31 - 1 steps (optax counts them "
-                      "in int32)")
-    if args.batch_size * args.num_seeds >= 2**31:
-        raise BadFlag(f"--num-envs x --num-steps x --num-seeds must be below 2^31 (the program indexes its batch with int32; "
-                      f"got {args.batch_size * args.num_seeds})")
-    storage = args.batch_size * args.num_seeds * 24  # a transition's observation (one float32 at least) and 5 numbers
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if storage > memory:
-        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}{f' x --num-seeds {args.num_seeds}' * (args.num_seeds > 1)}: "
-                      f"the batch alone takes {storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
-    if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
-        raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
-                      f"first of the dynamics/ sample; got {args.coverage_samples})")
-    if args.coverage_samples is None:
-        args.coverage_samples = min(args.dynamics_batch, args.batch_size)
-    if args.dynamics_every and args.coverage_every % args.dynamics_every:
-        raise BadFlag(f"--coverage-every {args.coverage_every} must be a multiple of --dynamics-every {args.dynamics_every} "
-                      "(the states are saved at measured iterations)")
-    if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
-        args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
-    args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)  # 0 (by the device): resolve_fuse_iterations
-    if args.resume is not None:
-        if not os.path.isfile(args.resume):
-            raise BadFlag(f"--resume {args.resume}: no such file")
-        try:
-            meta, _ = read_checkpoint(args.resume)
-            missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
-            missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
-        except Exception as e:  # a truncated or foreign file
-            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
-        this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
-        foreign = set(meta.get("args", {})) - set(asdict(args))
-        written_by = meta.get("script") or ("another script" if foreign else this)
-        if written_by != this:
-            raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
-        if missing:
-            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
-        for flag in STRUCTURAL_FLAGS:
-            if meta["args"][flag] != getattr(args, flag):
-                raise BadFlag(
-                    f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
-                    f"this run has {getattr(args, flag)}; only flags that keep the network and env shapes may change"
-                )
-        if meta["iteration"] >= args.num_iterations:
-            raise BadFlag(f"--resume {args.resume} is at iteration {meta['iteration']}, not before the last ({args.num_iterations}); raise --total-timesteps")
-    return args
-
-
 # ---------------------------------------------------------------------------------------------
 # Environment: Brax, wrapped as PureJaxRL's ppo_continuous_action.py wraps it, vmapped over the envs
 # ---------------------------------------------------------------------------------------------
+BRAX_EPISODE_LENGTH = 1000  # Brax's EpisodeWrapper length, as PureJaxRL's BraxGymnaxWrapper and Brax's own PPO use
+
+
 class EnvFns(NamedTuple):
     reset: callable  # keys -> obs, state
     # (keys, state, action) -> obs, state, reward (the one trained on), done, score (the environment's own reward,
@@ -471,6 +276,14 @@ class BraxState(NamedTuple):
     obs_stats: RunningStats
     return_stats: RunningStats
     discounted_return: jnp.ndarray  # per env, what return_stats sees
+
+
+def import_brax_envs():
+    """brax.envs, imported on first use, without the "Failed to import warp" lines MuJoCo's MJX prints to stdout when
+    the optional warp package is absent (Brax's own backends do not use it)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        from brax import envs
+    return envs
 
 
 def make_env(args):
@@ -516,8 +329,6 @@ def make_env(args):
 # Network: MLPs and PureJaxRL's Gaussian policy
 # ---------------------------------------------------------------------------------------------
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
-
-
 class MLP(nn.Module):
     hidden_size: int
     num_layers: int
@@ -574,56 +385,6 @@ def kl_divergence(dist_p, dist_q):
     mean_p, log_std_p, mean_q, log_std_q = dist_p[..., 0, :], dist_p[..., 1, :], dist_q[..., 0, :], dist_q[..., 1, :]
     spread = (jnp.exp(2.0 * log_std_p) + (mean_p - mean_q) ** 2) / (2.0 * jnp.exp(2.0 * log_std_q))
     return (log_std_q - log_std_p + spread - 0.5).sum(-1)
-
-
-# ---------------------------------------------------------------------------------------------
-# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6); the same definitions as
-# the torch scripts' (ppo_atari_envpool.py), in float32 inside the jitted update
-# ---------------------------------------------------------------------------------------------
-def feature_rank(features, threshold=0.99):
-    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance. The
-    squared singular values are the eigenvalues of the centred features' Gram matrix (units x units): one eigvalsh
-    in place of the SVD of (samples x units) that the torch scripts take (same ranks, tested)."""
-    centred = features - features.mean(axis=0, keepdims=True)
-    gram = jnp.matmul(centred.T, centred, precision=jax.lax.Precision.HIGHEST)  # no TF32/bf16 passes on a GPU
-    energy = jnp.cumsum(jnp.clip(jnp.linalg.eigvalsh(gram)[::-1], 0))  # sv**2, largest first
-    return jnp.where(energy[-1] > 0, jnp.searchsorted(energy, threshold * energy[-1]) + 1, 0)
-
-
-def dormant_percentage(activations, tau):
-    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all hidden layers."""
-    dormant, total = 0, 0
-    for h in activations:  # (batch, units)
-        score = jnp.abs(h).mean(axis=0)
-        score = score / (score.mean() + 1e-9)
-        dormant += (score <= tau).sum()
-        total += score.size
-    return 100.0 * dormant / total
-
-
-def weight_norm(params):
-    """B.3: sqrt of the sum of squared Frobenius norms of the weight matrices (flax `kernel`s; biases excluded)."""
-    kernels = [x for path, x in jax.tree_util.tree_leaves_with_path(params) if path[-1].key == "kernel"]
-    return jnp.sqrt(sum((k**2).sum() for k in kernels))
-
-
-def grad_kurtosis(grads):
-    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
-    g = jnp.log(jnp.abs(jnp.concatenate([x.ravel() for x in jax.tree.leaves(grads)])) + 1e-8)
-    centred = g - g.mean()
-    return (centred**4).mean() / (centred**2).mean() ** 2
-
-
-def ess_percentage(ratios):
-    """B.5 (Martino et al., 2017): 100 * ESS / N with ESS = 1 / sum_i w_i^2, w = r / sum r."""
-    w = ratios / ratios.sum()
-    return 100.0 / (w**2).sum() / ratios.size
-
-
-def policy_variance(dist):
-    """B.6 for continuous actions: the mean over action dimensions of the variance across states of the mean action
-    (the discrete definition averages Var_s[pi(a|s)] over the actions, a finite set a density does not have)."""
-    return dist[..., 0, :].var(axis=0).mean()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -691,6 +452,59 @@ def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda, unroll=1)
     return advantages, advantages + values
 
 
+# ---------------------------------------------------------------------------------------------
+# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6); the same definitions as
+# the torch scripts' (ppo_atari_envpool.py), in float32 inside the jitted update
+# ---------------------------------------------------------------------------------------------
+def feature_rank(features, threshold=0.99):
+    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance. The
+    squared singular values are the eigenvalues of the centred features' Gram matrix (units x units): one eigvalsh
+    in place of the SVD of (samples x units) that the torch scripts take (same ranks, tested)."""
+    centred = features - features.mean(axis=0, keepdims=True)
+    gram = jnp.matmul(centred.T, centred, precision=jax.lax.Precision.HIGHEST)  # no TF32/bf16 passes on a GPU
+    energy = jnp.cumsum(jnp.clip(jnp.linalg.eigvalsh(gram)[::-1], 0))  # sv**2, largest first
+    return jnp.where(energy[-1] > 0, jnp.searchsorted(energy, threshold * energy[-1]) + 1, 0)
+
+
+def dormant_percentage(activations, tau):
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all hidden layers."""
+    dormant, total = 0, 0
+    for h in activations:  # (batch, units)
+        score = jnp.abs(h).mean(axis=0)
+        score = score / (score.mean() + 1e-9)
+        dormant += (score <= tau).sum()
+        total += score.size
+    return 100.0 * dormant / total
+
+
+def weight_norm(params):
+    """B.3: sqrt of the sum of squared Frobenius norms of the weight matrices (flax `kernel`s; biases excluded)."""
+    kernels = [x for path, x in jax.tree_util.tree_leaves_with_path(params) if path[-1].key == "kernel"]
+    return jnp.sqrt(sum((k**2).sum() for k in kernels))
+
+
+def grad_kurtosis(grads):
+    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
+    g = jnp.log(jnp.abs(jnp.concatenate([x.ravel() for x in jax.tree.leaves(grads)])) + 1e-8)
+    centred = g - g.mean()
+    return (centred**4).mean() / (centred**2).mean() ** 2
+
+
+def ess_percentage(ratios):
+    """B.5 (Martino et al., 2017): 100 * ESS / N with ESS = 1 / sum_i w_i^2, w = r / sum r."""
+    w = ratios / ratios.sum()
+    return 100.0 / (w**2).sum() / ratios.size
+
+
+def policy_variance(dist):
+    """B.6 for continuous actions: the mean over action dimensions of the variance across states of the mean action
+    (the discrete definition averages Var_s[pi(a|s)] over the actions, a finite set a density does not have)."""
+    return dist[..., 0, :].var(axis=0).mean()
+
+
+# ---------------------------------------------------------------------------------------------
+# Training, PureJaxRL style: one jitted `update` = rollout + GAE + epochs x minibatches
+# ---------------------------------------------------------------------------------------------
 class Transition(NamedTuple):
     obs: jnp.ndarray
     action: jnp.ndarray
@@ -941,134 +755,6 @@ def make_train(args, env):
     return init, fused_update, schedule
 
 
-# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
-# analyze.py --coverage
-def coverage_records(obs, features, iteration, global_step):
-    """The records of one iteration's saved states (obs and features as the update returns them, float16)."""
-    records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "<f2", obs.shape[1:]),
-                                           ("features", "<f2", features.shape[1:])]))
-    records["iteration"], records["global_step"], records["obs"], records["features"] = iteration, global_step, obs, features
-    return records
-
-
-def append_coverage(run_dir, records):
-    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
-    header = os.path.join(run_dir, "coverage.json")
-    if not os.path.exists(header):
-        with open(header, "w") as f:
-            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
-                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
-                                 for name in records.dtype.names],
-                       "obs": "the observation the policy sees", "features": "the actor's last hidden layer"}, f)
-    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
-        f.write(records.tobytes())
-
-
-def save_checkpoint(path, state, iteration, global_step, train_seconds, args):
-    """One .npz: every array of `state` (the runner state), plus the flags and counters."""
-    leaves = jax.tree.leaves(state)
-    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
-            "train_seconds": train_seconds, "args": asdict(args),
-            "script": os.path.basename(__file__)}
-    tmp = f"{path}.tmp.npz"
-    np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)})
-    os.replace(tmp, path)  # never a half-written checkpoint
-    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
-
-
-
-def prune_checkpoints(directory, keep):
-    """Delete all but the newest `keep` checkpoints iter_<i>.npz of a run (keep 0: delete none)."""
-    iterations = sorted(int(name[5:-4]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.npz", name))
-    for iteration in iterations[:-keep] if keep else []:
-        os.remove(os.path.join(directory, f"iter_{iteration}.npz"))
-
-
-def restore_checkpoint(path, target):
-    """The state saved at `path`, iteration, global_step, training seconds; checked leaf by leaf against `target`'s
-    shapes."""
-    meta, leaves = read_checkpoint(path)
-    expected, treedef = jax.tree.flatten(target)
-    if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
-        raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
-    return (jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves]), meta["iteration"], meta["global_step"],
-            meta.get("train_seconds", 0.0))
-
-
-REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
-
-
-class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
-    """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at the end of the running call, with
-    a checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
-    call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA."""
-
-    def __init__(self):
-        super().__init__()
-        self.signum, self.training, self.checkpoint, self.compiling, self.ctrl_c = None, False, None, [], False
-        for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
-            signal.signal(signum, self.handle)
-
-    def handle(self, signum, frame):
-        again, self.ctrl_c = self.ctrl_c and signum == signal.SIGINT, self.ctrl_c or signum == signal.SIGINT
-        if not self.training or again:  # a second Ctrl-C aborts, whatever signal came first
-            self.signum = signum
-            raise self
-        self.signum = self.signum or signum
-
-    @property
-    def exit_status(self):
-        return 128 + signal.SIGINT if self.signum == signal.SIGINT else REQUEUE
-
-
-def in_background(*fns):
-    """Each fn() in turn on a daemon thread, as Futures: a run that stops or fails while XLA compiles does not wait for
-    it (XLA compiles without holding the GIL: on two or more cores the set-up's own small compilations run beside it)."""
-    futures = [Future() for _ in fns]
-
-    def run():
-        for fn, future in zip(fns, futures):
-            try:
-                future.set_result(fn())
-            except BaseException as e:  # handed to whoever asks for the result
-                future.set_exception(e)
-
-    threading.Thread(target=run, daemon=True).start()
-    return futures
-
-
-def filling_iterations(args, device=None):
-    """Iterations of all seeds that fill FUSE_TRANSITIONS on `device` (None: the one this process trains on)."""
-    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
-    return max(1, FUSE_TRANSITIONS[device] // (args.batch_size * args.num_seeds))
-
-
-def resolve_fuse_iterations(args, device=None):
-    """--fuse-iterations 0 and --unroll 0: their values on `device` ("cpu" or "accelerator"; None: the one this process
-    trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU
-    machine takes no GPU)."""
-    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
-    if args.fuse_iterations == 0:  # a call ends at each checkpoint: no more slots than fit between them
-        intervals = [args.save_every] if args.save_every else []
-        args.fuse_iterations = min([filling_iterations(args, device), args.num_iterations] + intervals)
-    if args.unroll == 0:  # only where a call holds several iterations of small batches: there the loop trips cost (on
-        # an H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: docs/ppo_ewma_jax.md)
-        small = args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device]
-        args.unroll = UNROLL[device] if small and args.fuse_iterations > 1 else 1
-    return args
-
-
-def use_compile_cache(args):
-    """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
-    anything compiles (checking the flags builds some envs): JAX settles the cache at its first compilation."""
-    if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
-        jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
-        return
-    default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
-    jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update and init programs
-
-
 def main(args, stop):
     """Train; the exit status (0, or 75 / 130 after a stop with a checkpoint)."""
     resolve_fuse_iterations(args)
@@ -1234,6 +920,329 @@ def main(args, stop):
     for writer in writers:
         writer.close()
     return stop.exit_status if stopping else 0
+
+
+# =============================================================================================
+# Plumbing: flag checks, logging, coverage states, checkpoints, signals, compilation settings
+# =============================================================================================
+BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
+# flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
+STRUCTURAL_FLAGS = ("env_id", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend", "num_seeds")
+
+
+def brax_env_ids():
+    """The environments Brax registers (ant, humanoid, ...)."""
+    return tuple(import_brax_envs()._envs)  # Brax's registry (get_environment / register_environment read and write it)
+
+
+class BadFlag(ValueError):
+    """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def check_runs_directory():
+    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
+    if os.path.lexists("runs") and not os.path.isdir("runs"):
+        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
+    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
+        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+
+
+def resolve_args(args):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
+        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
+        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
+    for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
+        if getattr(args, flag):
+            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
+    if args.env_id not in brax_env_ids():
+        raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers",
+                 "dynamics_batch", "num_seeds"):
+        if getattr(args, flag) <= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("minibatch_size", "save_every", "keep_checkpoints", "dynamics_every", "fuse_iterations",
+                 "coverage_every", "unroll"):
+        if getattr(args, flag) < 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for field in fields(args):  # inf and nan break every rule below without failing a comparison
+        value = getattr(args, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
+    if not 0 <= args.seed <= 2**31 - args.num_seeds:  # the seeds are int32 inside the program
+        raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
+    if args.track and args.num_seeds > 1:
+        raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
+    for flag in ("learning_rate", "max_grad_norm"):
+        if not getattr(args, flag) > 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
+        raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
+    if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
+        raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
+    if args.imp_samp_max is None:
+        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
+    if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
+        raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
+    for flag in ("ent_coef", "vf_coef", "dormant_tau"):
+        if not getattr(args, flag) >= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for flag in ("gamma", "gae_lambda"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if args.ewma_com is not None and not args.ewma_com >= 0:
+        raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
+    if args.activation not in ACTIVATIONS:
+        raise BadFlag(f"--activation must be one of {', '.join(ACTIVATIONS)} (got {args.activation!r})")
+    if args.brax_backend not in BRAX_BACKENDS:
+        raise BadFlag(f"--brax-backend must be one of {', '.join(BRAX_BACKENDS)} (got {args.brax_backend!r})")
+    import mujoco  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
+
+    brax_envs = import_brax_envs()
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
+    try:
+        with warnings.catch_warnings():  # Brax's notice that it is no longer maintained: said once, by make_env
+            warnings.simplefilter("ignore")
+            brax_envs.get_environment(args.env_id, backend=args.brax_backend)
+    except ValueError as e:
+        raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
+    finally:
+        mujoco.set_mju_user_warning(previous)
+    args.batch_size = args.num_envs * args.num_steps
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
+            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
+        )
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = 32 if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
+        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.num_iterations * args.update_epochs * args.num_minibatches >= 2**31:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} gives {args.num_iterations} iterations of "
+                      f"{args.update_epochs * args.num_minibatches} minibatch steps: at most 2^31 - 1 steps (optax counts them "
+                      "in int32)")
+    if args.batch_size * args.num_seeds >= 2**31:
+        raise BadFlag(f"--num-envs x --num-steps x --num-seeds must be below 2^31 (the program indexes its batch with int32; "
+                      f"got {args.batch_size * args.num_seeds})")
+    storage = args.batch_size * args.num_seeds * 24  # a transition's observation (one float32 at least) and 5 numbers
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if storage > memory:
+        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}{f' x --num-seeds {args.num_seeds}' * (args.num_seeds > 1)}: "
+                      f"the batch alone takes {storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
+    if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
+        raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
+                      f"first of the dynamics/ sample; got {args.coverage_samples})")
+    if args.coverage_samples is None:
+        args.coverage_samples = min(args.dynamics_batch, args.batch_size)
+    if args.dynamics_every and args.coverage_every % args.dynamics_every:
+        raise BadFlag(f"--coverage-every {args.coverage_every} must be a multiple of --dynamics-every {args.dynamics_every} "
+                      "(the states are saved at measured iterations)")
+    if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
+        args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
+    args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)  # 0 (by the device): resolve_fuse_iterations
+    if args.resume is not None:
+        if not os.path.isfile(args.resume):
+            raise BadFlag(f"--resume {args.resume}: no such file")
+        try:
+            meta, _ = read_checkpoint(args.resume)
+            missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
+            missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
+        except Exception as e:  # a truncated or foreign file
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+        this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
+        foreign = set(meta.get("args", {})) - set(asdict(args))
+        written_by = meta.get("script") or ("another script" if foreign else this)
+        if written_by != this:
+            raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
+        if missing:
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
+        for flag in STRUCTURAL_FLAGS:
+            if meta["args"][flag] != getattr(args, flag):
+                raise BadFlag(
+                    f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
+                    f"this run has {getattr(args, flag)}; only flags that keep the network and env shapes may change"
+                )
+        if meta["iteration"] >= args.num_iterations:
+            raise BadFlag(f"--resume {args.resume} is at iteration {meta['iteration']}, not before the last ({args.num_iterations}); raise --total-timesteps")
+    return args
+
+
+class SummaryWriter:
+    """The event files torch.utils.tensorboard.SummaryWriter writes (scalars as simple values, text for the text
+    plugin), through the tensorboard package's own EventFileWriter: importing torch only for them took ~1.2 s of every
+    run's start."""
+
+    def __init__(self, logdir):
+        self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
+
+    def add_scalars(self, values, step):
+        """Every {tag: value} at one step in one event: one write where one a tag took ~10 times the host's time (what
+        TensorBoard and wandb read back is the same)."""
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()])
+        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def add_text(self, tag, text):
+        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
+                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
+        summary = Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
+        self.file.add_event(Event(wall_time=time.time(), step=0, summary=summary))
+
+    def close(self):
+        self.file.close()
+
+
+# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
+# analyze.py --coverage
+def coverage_records(obs, features, iteration, global_step):
+    """The records of one iteration's saved states (obs and features as the update returns them, float16)."""
+    records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "<f2", obs.shape[1:]),
+                                           ("features", "<f2", features.shape[1:])]))
+    records["iteration"], records["global_step"], records["obs"], records["features"] = iteration, global_step, obs, features
+    return records
+
+
+def append_coverage(run_dir, records):
+    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
+    header = os.path.join(run_dir, "coverage.json")
+    if not os.path.exists(header):
+        with open(header, "w") as f:
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
+                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
+                                 for name in records.dtype.names],
+                       "obs": "the observation the policy sees", "features": "the actor's last hidden layer"}, f)
+    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
+        f.write(records.tobytes())
+
+
+def read_checkpoint(path):
+    """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        leaves = [data[f"leaf_{i}"] for i in range(meta["num_leaves"])]
+    return meta, leaves
+
+
+def save_checkpoint(path, state, iteration, global_step, train_seconds, args):
+    """One .npz: every array of `state` (the runner state), plus the flags and counters."""
+    leaves = jax.tree.leaves(state)
+    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
+            "train_seconds": train_seconds, "args": asdict(args),
+            "script": os.path.basename(__file__)}
+    tmp = f"{path}.tmp.npz"
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)})
+    os.replace(tmp, path)  # never a half-written checkpoint
+    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
+
+
+def prune_checkpoints(directory, keep):
+    """Delete all but the newest `keep` checkpoints iter_<i>.npz of a run (keep 0: delete none)."""
+    iterations = sorted(int(name[5:-4]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.npz", name))
+    for iteration in iterations[:-keep] if keep else []:
+        os.remove(os.path.join(directory, f"iter_{iteration}.npz"))
+
+
+def restore_checkpoint(path, target):
+    """The state saved at `path`, iteration, global_step, training seconds; checked leaf by leaf against `target`'s
+    shapes."""
+    meta, leaves = read_checkpoint(path)
+    expected, treedef = jax.tree.flatten(target)
+    if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
+        raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
+    return (jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves]), meta["iteration"], meta["global_step"],
+            meta.get("train_seconds", 0.0))
+
+
+REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
+
+
+class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
+    """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at the end of the running call, with
+    a checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
+    call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA."""
+
+    def __init__(self):
+        super().__init__()
+        self.signum, self.training, self.checkpoint, self.compiling, self.ctrl_c = None, False, None, [], False
+        for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+            signal.signal(signum, self.handle)
+
+    def handle(self, signum, frame):
+        again, self.ctrl_c = self.ctrl_c and signum == signal.SIGINT, self.ctrl_c or signum == signal.SIGINT
+        if not self.training or again:  # a second Ctrl-C aborts, whatever signal came first
+            self.signum = signum
+            raise self
+        self.signum = self.signum or signum
+
+    @property
+    def exit_status(self):
+        return 128 + signal.SIGINT if self.signum == signal.SIGINT else REQUEUE
+
+
+def in_background(*fns):
+    """Each fn() in turn on a daemon thread, as Futures: a run that stops or fails while XLA compiles does not wait for
+    it (XLA compiles without holding the GIL: on two or more cores the set-up's own small compilations run beside it)."""
+    futures = [Future() for _ in fns]
+
+    def run():
+        for fn, future in zip(fns, futures):
+            try:
+                future.set_result(fn())
+            except BaseException as e:  # handed to whoever asks for the result
+                future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True).start()
+    return futures
+
+
+def filling_iterations(args, device=None):
+    """Iterations of all seeds that fill FUSE_TRANSITIONS on `device` (None: the one this process trains on)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    return max(1, FUSE_TRANSITIONS[device] // (args.batch_size * args.num_seeds))
+
+
+def resolve_fuse_iterations(args, device=None):
+    """--fuse-iterations 0 and --unroll 0: their values on `device` ("cpu" or "accelerator"; None: the one this process
+    trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU
+    machine takes no GPU)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    if args.fuse_iterations == 0:  # a call ends at each checkpoint: no more slots than fit between them
+        intervals = [args.save_every] if args.save_every else []
+        args.fuse_iterations = min([filling_iterations(args, device), args.num_iterations] + intervals)
+    if args.unroll == 0:  # only where a call holds several iterations of small batches: there the loop trips cost (on
+        # an H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: docs/ppo_ewma_jax.md)
+        small = args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device]
+        args.unroll = UNROLL[device] if small and args.fuse_iterations > 1 else 1
+    return args
+
+
+def use_compile_cache(args):
+    """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
+    anything compiles (checking the flags builds some envs): JAX settles the cache at its first compilation."""
+    if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
+        jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
+        return
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
+    jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update and init programs
 
 
 if __name__ == "__main__":
