@@ -40,9 +40,6 @@ from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
-
-
 @dataclass
 class Args:
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
@@ -158,8 +155,7 @@ class Args:
     """the number of iterations (computed in runtime: setting it is refused)"""
 
 
-class BadFlag(ValueError):
-    """A flag value that breaks a rule; reported as one line, exit status 2."""
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 
 
 def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
@@ -194,266 +190,21 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
     return int(minibatches), int(mb_size), lr0 * lr_factor
 
 
-def check_runs_directory():
-    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
-    if os.path.lexists("runs") and not os.path.isdir("runs"):
-        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
-    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
-        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+# Environment: envpool Atari, CleanRL's settings
+def make_env(env_id, num_envs, seed):
+    # CleanRL's envpool Atari setup: episodic life and clipped rewards for training; info["reward"]
+    # keeps the raw score and info["lives"] the lives left, from which a game over is read.
+    return envpool.make(
+        env_id,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        episodic_life=True,
+        reward_clip=True,
+        seed=seed,
+    )
 
 
-def resolve_args(args):
-    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
-    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
-        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
-    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
-        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
-    for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
-        if getattr(args, flag):
-            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
-    for name, value in vars(args).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
-    if not 0 <= args.seed < 2**31:
-        raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
-        if getattr(args, flag) <= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size", "ent_coef",
-                 "vf_coef", "kl_sample", "save_every", "keep_checkpoints", "reset_envs_at", "coverage_every"):
-        if getattr(args, flag) < 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
-        if not getattr(args, flag) > 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    if args.target_kl is not None and not args.target_kl > 0:
-        raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
-    if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
-        raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
-    if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
-        raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
-    for flag in ("gamma", "gae_lambda"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
-    if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
-        raise BadFlag(f"--env-id must be an envpool Atari id such as Breakout-v5 (got {args.env_id!r})")
-    args.batch_size = args.num_envs * args.num_steps
-    if args.scaling_recipe != "none":
-        if args.num_minibatches is not None or args.minibatch_size:
-            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
-        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
-            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
-            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
-        )
-    elif args.minibatch_size:
-        if args.batch_size % args.minibatch_size:
-            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
-        derived = args.batch_size // args.minibatch_size
-        if args.num_minibatches is not None and args.num_minibatches != derived:
-            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
-        args.num_minibatches = derived
-    else:
-        args.num_minibatches = 4 if args.num_minibatches is None else args.num_minibatches
-        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
-            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
-        args.minibatch_size = args.batch_size // args.num_minibatches
-    if args.kl_sample > args.batch_size:
-        raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
-    if args.norm_adv and args.minibatch_size < 2:
-        raise BadFlag(f"--minibatch-size must be at least 2 with --norm-adv (the std of one advantage is undefined; got {args.minibatch_size})")
-    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
-        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if args.num_iterations == 0:
-        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
-    storage = args.batch_size * (4 * 84 * 84 + 128)  # a step's 4 stacked 84 x 84 frames (uint8) and its numbers (under 128 bytes)
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if storage > memory:
-        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: the rollout's storage alone takes "
-                      f"{storage / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB of memory")
-    if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
-        raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
-                      f"first of the dynamics/ sample; got {args.coverage_samples})")
-    if args.coverage_samples is None:
-        args.coverage_samples = min(args.dynamics_batch, args.batch_size)
-    if args.dynamics_every and args.coverage_every % args.dynamics_every:
-        raise BadFlag(f"--coverage-every {args.coverage_every} must be a multiple of --dynamics-every {args.dynamics_every} "
-                      "(the states are saved at measured iterations)")
-    if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
-        args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
-    if args.resume is not None:
-        check_resume(args, load_checkpoint(args.resume))
-    return args
-
-
-CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "separate_encoders")  # the network, the storage and the episode counters
-
-
-def load_checkpoint(path):
-    """The dict `save_checkpoint` wrote, or BadFlag."""
-    if not os.path.isfile(path):
-        raise BadFlag(f"--resume {path}: no such file")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are Python objects
-    except Exception as e:
-        raise BadFlag(f"--resume {path}: not a checkpoint of this script ({type(e).__name__})")
-    this = os.path.basename(__file__)
-    if isinstance(state, dict) and state.get("script", this) != this:
-        raise BadFlag(f"--resume {path} is a checkpoint of {state['script']}, not of {this}")
-    if not isinstance(state, dict) or not {"agent", "optimizer", "rng", "iteration", "global_step", "args"} <= set(state):
-        raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
-    return state
-
-
-def check_resume(args, state):
-    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key, of another script
-        raise BadFlag(f"--resume {args.resume} is a checkpoint of another script, not of {os.path.basename(__file__)}")
-    for flag in CHECKPOINT_MUST_MATCH:
-        if state["args"].get(flag) != getattr(args, flag):
-            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
-    if state["iteration"] >= args.num_iterations:
-        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
-
-
-NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
-                "wandb_entity", "save_model", "eval_episodes", "torch_threads", "compile",
-                "cudagraphs")  # flags that do not change what a run learns (compiled: to float rounding)
-
-
-def changed_flags(args, state):
-    """The flags of this run that differ from the checkpoint's run: it continues under the new ones."""
-    return [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-            if k not in NOT_LEARNING and state["args"].get(k, v) != v]
-
-
-def save_checkpoint(path, agent, optimizer, iteration, global_step, recent_returns, args):
-    """Everything a run needs to continue exactly, but the emulators: written to a temporary name, then renamed."""
-    state = {
-        "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
-        "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
-        "script": os.path.basename(__file__),
-        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
-    }
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    torch.save(state, f"{path}.tmp")
-    os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
-    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
-    return path
-
-
-
-def prune_checkpoints(directory, keep):
-    """Delete all but the newest `keep` checkpoints iter_<i>.pt of a run (keep 0: delete none)."""
-    iterations = sorted(int(name[5:-3]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.pt", name))
-    for iteration in iterations[:-keep] if keep else []:
-        os.remove(os.path.join(directory, f"iter_{iteration}.pt"))
-
-
-def restore_rng(rng):
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"] is not None and torch.cuda.is_initialized():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-
-
-def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
-    """GAE(lambda) over a rollout of shape (num_steps, num_envs); dones[t] marks obs[t] as a new episode."""
-    advantages = torch.zeros_like(rewards)
-    lastgaelam = 0
-    num_steps = rewards.shape[0]
-    for t in reversed(range(num_steps)):
-        if t == num_steps - 1:
-            nextnonterminal = 1.0 - next_done
-            nextvalues = next_value
-        else:
-            nextnonterminal = 1.0 - dones[t + 1]
-            nextvalues = values[t + 1]
-        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
-        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
-    return advantages, advantages + values
-
-
-# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6)
-def feature_rank(features, threshold=0.99):
-    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
-    sv = torch.linalg.svdvals(features - features.mean(dim=0, keepdim=True))
-    energy = torch.cumsum(sv**2, dim=0)
-    if energy[-1] <= 0:
-        return 0
-    return int(torch.searchsorted(energy, threshold * energy[-1]).item()) + 1
-
-
-def dormant_percentage(activations, tau):
-    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers.
-
-    Each activation is (batch, units) or (batch, channels, height, width); a conv channel is one neuron.
-    """
-    dormant, total = 0, 0
-    for h in activations:
-        score = h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()
-        score = score.mean(dim=0)
-        score = score / (score.mean() + 1e-9)
-        dormant += int((score <= tau).sum().item())
-        total += score.numel()
-    return 100.0 * dormant / total
-
-
-def weight_norm(model):
-    """B.3: sqrt of the sum of squared Frobenius norms of the weight tensors (biases excluded)."""
-    return torch.sqrt(sum((p.detach() ** 2).sum() for n, p in model.named_parameters() if n.endswith("weight"))).item()
-
-
-def grad_kurtosis(grads):
-    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
-    g = torch.log(torch.cat([x.flatten() for x in grads]).abs() + 1e-8).double()
-    centred = g - g.mean()
-    return ((centred**4).mean() / (centred**2).mean() ** 2).item()
-
-
-def ess_percentage(ratios):
-    """B.5 (Martino et al., 2017): 100 * ESS / N with ESS = 1 / sum_i w_i^2, w = r / sum r."""
-    w = ratios.double() / ratios.double().sum()
-    return (100.0 / (w**2).sum() / ratios.numel()).item()
-
-
-def policy_variance(probs):
-    """B.6: mean over actions of the variance across states of pi(a|s); probs is (states, actions)."""
-    return probs.var(dim=0, unbiased=False).mean().item()
-
-
-def ppo_loss(agent, args, obs, actions, logprobs, advantages, returns, values):
-    """CleanRL's clipped PPO loss on (a chunk of) a minibatch, and its statistics; advantages come normalised."""
-    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(obs, actions)
-    logratio = newlogprob - logprobs
-    ratio = logratio.exp()
-
-    # Policy loss
-    pg_loss1 = -advantages * ratio
-    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-    # Value loss
-    newvalue = newvalue.view(-1)
-    if args.clip_vloss:
-        v_loss_unclipped = (newvalue - returns) ** 2
-        v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
-        v_loss_clipped = (v_clipped - returns) ** 2
-        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
-    else:
-        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-
-    entropy_loss = entropy.mean()
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-    with torch.no_grad():
-        # approx_kl: http://joschu.net/blog/kl-approx.html
-        approx_kl = ((ratio - 1) - logratio).mean()
-        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-        stats = torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac])
-    return loss, stats
-
-
+# Network: the Nature CNN actor-critic
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     torch.nn.init.orthogonal_(layer.weight, std)
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -519,6 +270,103 @@ def hidden_activations(torso, x):
     return acts
 
 
+# Loss: GAE and PPO's clipped objective
+def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
+    """GAE(lambda) over a rollout of shape (num_steps, num_envs); dones[t] marks obs[t] as a new episode."""
+    advantages = torch.zeros_like(rewards)
+    lastgaelam = 0
+    num_steps = rewards.shape[0]
+    for t in reversed(range(num_steps)):
+        if t == num_steps - 1:
+            nextnonterminal = 1.0 - next_done
+            nextvalues = next_value
+        else:
+            nextnonterminal = 1.0 - dones[t + 1]
+            nextvalues = values[t + 1]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
+    return advantages, advantages + values
+
+
+def ppo_loss(agent, args, obs, actions, logprobs, advantages, returns, values):
+    """CleanRL's clipped PPO loss on (a chunk of) a minibatch, and its statistics; advantages come normalised."""
+    _, newlogprob, entropy, newvalue, _ = agent.get_action_and_value(obs, actions)
+    logratio = newlogprob - logprobs
+    ratio = logratio.exp()
+
+    # Policy loss
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    # Value loss
+    newvalue = newvalue.view(-1)
+    if args.clip_vloss:
+        v_loss_unclipped = (newvalue - returns) ** 2
+        v_clipped = values + torch.clamp(newvalue - values, -args.clip_coef, args.clip_coef)
+        v_loss_clipped = (v_clipped - returns) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+    with torch.no_grad():
+        # approx_kl: http://joschu.net/blog/kl-approx.html
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+        stats = torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac])
+    return loss, stats
+
+
+# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6)
+def feature_rank(features, threshold=0.99):
+    """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
+    sv = torch.linalg.svdvals(features - features.mean(dim=0, keepdim=True))
+    energy = torch.cumsum(sv**2, dim=0)
+    if energy[-1] <= 0:
+        return 0
+    return int(torch.searchsorted(energy, threshold * energy[-1]).item()) + 1
+
+
+def dormant_percentage(activations, tau):
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers.
+
+    Each activation is (batch, units) or (batch, channels, height, width); a conv channel is one neuron.
+    """
+    dormant, total = 0, 0
+    for h in activations:
+        score = h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()
+        score = score.mean(dim=0)
+        score = score / (score.mean() + 1e-9)
+        dormant += int((score <= tau).sum().item())
+        total += score.numel()
+    return 100.0 * dormant / total
+
+
+def weight_norm(model):
+    """B.3: sqrt of the sum of squared Frobenius norms of the weight tensors (biases excluded)."""
+    return torch.sqrt(sum((p.detach() ** 2).sum() for n, p in model.named_parameters() if n.endswith("weight"))).item()
+
+
+def grad_kurtosis(grads):
+    """B.4 (Garg et al., 2021): kurtosis of log(|g| + 1e-8) over all gradient entries."""
+    g = torch.log(torch.cat([x.flatten() for x in grads]).abs() + 1e-8).double()
+    centred = g - g.mean()
+    return ((centred**4).mean() / (centred**2).mean() ** 2).item()
+
+
+def ess_percentage(ratios):
+    """B.5 (Martino et al., 2017): 100 * ESS / N with ESS = 1 / sum_i w_i^2, w = r / sum r."""
+    w = ratios.double() / ratios.double().sum()
+    return (100.0 / (w**2).sum() / ratios.numel()).item()
+
+
+def policy_variance(probs):
+    """B.6: mean over actions of the variance across states of pi(a|s); probs is (states, actions)."""
+    return probs.var(dim=0, unbiased=False).mean().item()
+
+
 @torch.no_grad()
 def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
     """feature rank, dormant %, weight norm, policy variance and ESS on a sample of the batch (App. B)."""
@@ -537,52 +385,6 @@ def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
     return metrics
 
 
-# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
-# analyze.py --coverage
-def coverage_dtype(feature_dim):
-    """One saved state: when, the newest 84x84 frame averaged over 4x4 blocks, and the penultimate features."""
-    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
-                     ("features", "<f2", (feature_dim,))])
-
-
-@torch.no_grad()
-def coverage_records(agent, obs, iteration, global_step):
-    """The records of states `obs` (uint8, N x 4 x 84 x 84) for runs/<run>/coverage.bin."""
-    thumbnails = obs[:, -1].float().reshape(len(obs), 21, 4, 21, 4).mean((2, 4)).round().to(torch.uint8)
-    features = hidden_activations(agent.network, agent.preprocess(obs))[-1]
-    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
-    records["iteration"], records["global_step"] = iteration, global_step
-    records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
-    return records
-
-
-def append_coverage(run_dir, records):
-    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
-    header = os.path.join(run_dir, "coverage.json")
-    if not os.path.exists(header):
-        with open(header, "w") as f:
-            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
-                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
-                                 for name in records.dtype.names],
-                       "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks",
-                       "features": "the actor torso's last ReLU"}, f)
-    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
-        f.write(records.tobytes())
-
-
-def make_env(env_id, num_envs, seed):
-    # CleanRL's envpool Atari setup: episodic life and clipped rewards for training; info["reward"]
-    # keeps the raw score and info["lives"] the lives left, from which a game over is read.
-    return envpool.make(
-        env_id,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        episodic_life=True,
-        reward_clip=True,
-        seed=seed,
-    )
-
-
 def evaluate(agent, env_id, eval_episodes, seed, device):
     """Raw score of one full game (all lives) in each of `eval_episodes` envs, actions sampled."""
     envs = make_env(env_id, eval_episodes, seed)
@@ -596,9 +398,6 @@ def evaluate(agent, env_id, eval_episodes, seed, device):
         finished |= (term & (info["lives"] == 0)) | trunc
     envs.close()
     return scores
-
-
-REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
 
 
 def main(args):
@@ -884,6 +683,210 @@ def main(args):
             writer.add_scalar("eval/episodic_return", score, idx)
         print(f"eval: mean score {scores.mean():.1f} over {args.eval_episodes} games")
     writer.close()
+
+
+# ==== Plumbing: flag checks, checkpoints and resume, coverage states ====
+class BadFlag(ValueError):
+    """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def check_runs_directory():
+    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
+    if os.path.lexists("runs") and not os.path.isdir("runs"):
+        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
+    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
+        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+
+
+def resolve_args(args):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
+        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
+        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
+    for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
+        if getattr(args, flag):
+            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
+    for name, value in vars(args).items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
+    if not 0 <= args.seed < 2**31:
+        raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
+        if getattr(args, flag) <= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size", "ent_coef",
+                 "vf_coef", "kl_sample", "save_every", "keep_checkpoints", "reset_envs_at", "coverage_every"):
+        if getattr(args, flag) < 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
+        if not getattr(args, flag) > 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    if args.target_kl is not None and not args.target_kl > 0:
+        raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
+    if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
+        raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
+    if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
+        raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
+    for flag in ("gamma", "gae_lambda"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
+        raise BadFlag(f"--env-id must be an envpool Atari id such as Breakout-v5 (got {args.env_id!r})")
+    args.batch_size = args.num_envs * args.num_steps
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
+            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
+        )
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = 4 if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+    if args.kl_sample > args.batch_size:
+        raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
+    if args.norm_adv and args.minibatch_size < 2:
+        raise BadFlag(f"--minibatch-size must be at least 2 with --norm-adv (the std of one advantage is undefined; got {args.minibatch_size})")
+    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
+        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    storage = args.batch_size * (4 * 84 * 84 + 128)  # a step's 4 stacked 84 x 84 frames (uint8) and its numbers (under 128 bytes)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if storage > memory:
+        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: the rollout's storage alone takes "
+                      f"{storage / 2**30:,.1f} GiB, more than this machine's {memory / 2**30:,.1f} GiB of memory")
+    if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
+        raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
+                      f"first of the dynamics/ sample; got {args.coverage_samples})")
+    if args.coverage_samples is None:
+        args.coverage_samples = min(args.dynamics_batch, args.batch_size)
+    if args.dynamics_every and args.coverage_every % args.dynamics_every:
+        raise BadFlag(f"--coverage-every {args.coverage_every} must be a multiple of --dynamics-every {args.dynamics_every} "
+                      "(the states are saved at measured iterations)")
+    if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
+        args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
+    if args.resume is not None:
+        check_resume(args, load_checkpoint(args.resume))
+    return args
+
+
+CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "separate_encoders")  # the network, the storage and the episode counters
+
+
+def load_checkpoint(path):
+    """The dict `save_checkpoint` wrote, or BadFlag."""
+    if not os.path.isfile(path):
+        raise BadFlag(f"--resume {path}: no such file")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are Python objects
+    except Exception as e:
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script ({type(e).__name__})")
+    this = os.path.basename(__file__)
+    if isinstance(state, dict) and state.get("script", this) != this:
+        raise BadFlag(f"--resume {path} is a checkpoint of {state['script']}, not of {this}")
+    if not isinstance(state, dict) or not {"agent", "optimizer", "rng", "iteration", "global_step", "args"} <= set(state):
+        raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
+    return state
+
+
+def check_resume(args, state):
+    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key, of another script
+        raise BadFlag(f"--resume {args.resume} is a checkpoint of another script, not of {os.path.basename(__file__)}")
+    for flag in CHECKPOINT_MUST_MATCH:
+        if state["args"].get(flag) != getattr(args, flag):
+            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
+    if state["iteration"] >= args.num_iterations:
+        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+
+
+NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
+                "wandb_entity", "save_model", "eval_episodes", "torch_threads", "compile",
+                "cudagraphs")  # flags that do not change what a run learns (compiled: to float rounding)
+
+
+def changed_flags(args, state):
+    """The flags of this run that differ from the checkpoint's run: it continues under the new ones."""
+    return [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+            if k not in NOT_LEARNING and state["args"].get(k, v) != v]
+
+
+def save_checkpoint(path, agent, optimizer, iteration, global_step, recent_returns, args):
+    """Everything a run needs to continue exactly, but the emulators: written to a temporary name, then renamed."""
+    state = {
+        "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
+        "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
+        "script": os.path.basename(__file__),
+        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
+    }
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    torch.save(state, f"{path}.tmp")
+    os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
+    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
+    return path
+
+
+def prune_checkpoints(directory, keep):
+    """Delete all but the newest `keep` checkpoints iter_<i>.pt of a run (keep 0: delete none)."""
+    iterations = sorted(int(name[5:-3]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.pt", name))
+    for iteration in iterations[:-keep] if keep else []:
+        os.remove(os.path.join(directory, f"iter_{iteration}.pt"))
+
+
+def restore_rng(rng):
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and torch.cuda.is_initialized():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
+# analyze.py --coverage
+def coverage_dtype(feature_dim):
+    """One saved state: when, the newest 84x84 frame averaged over 4x4 blocks, and the penultimate features."""
+    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
+                     ("features", "<f2", (feature_dim,))])
+
+
+@torch.no_grad()
+def coverage_records(agent, obs, iteration, global_step):
+    """The records of states `obs` (uint8, N x 4 x 84 x 84) for runs/<run>/coverage.bin."""
+    thumbnails = obs[:, -1].float().reshape(len(obs), 21, 4, 21, 4).mean((2, 4)).round().to(torch.uint8)
+    features = hidden_activations(agent.network, agent.preprocess(obs))[-1]
+    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
+    records["iteration"], records["global_step"] = iteration, global_step
+    records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
+    return records
+
+
+def append_coverage(run_dir, records):
+    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
+    header = os.path.join(run_dir, "coverage.json")
+    if not os.path.exists(header):
+        with open(header, "w") as f:
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
+                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
+                                 for name in records.dtype.names],
+                       "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks",
+                       "features": "the actor torso's last ReLU"}, f)
+    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
+        f.write(records.tobytes())
+
+
+REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
 
 
 if __name__ == "__main__":
