@@ -940,6 +940,8 @@ ENV_SIZES = ("s", "m", "l")
 STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers", "activation", "num_seeds")
 # Kinetix locomotion's own flags, at their defaults: another env has no use for them, and refuses a value given
 LOCOMOTION_FLAGS = {"env_size": "m", "num_morphologies": 512, "eval_every": 10}
+# Brax's flags, which this script had until ppo_ewma_brax.py took them: an older checkpoint's metadata lists them
+BRAX_FLAGS = ("brax_backend", "brax_fresh_starts", "norm_obs", "norm_reward")
 
 
 class BadFlag(ValueError):
@@ -1067,14 +1069,14 @@ def resolve_args(args):
             raise BadFlag(f"--resume {args.resume}: no such file")
         try:
             meta, _ = read_checkpoint(args.resume)
-            meta.get("args", {}).setdefault("num_seeds", 1)  # nor --num-seeds
-            meta.get("args", {}).setdefault("activation", "tanh")  # nor --activation
+            meta.get("args", {}).setdefault("num_seeds", 1)  # checkpoints from before --num-seeds
+            meta.get("args", {}).setdefault("activation", "tanh")  # and --activation
             missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
             missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
         except Exception as e:  # a truncated or foreign file
             raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
         this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
-        foreign = set(meta.get("args", {})) - set(asdict(args))
+        foreign = set(meta.get("args", {})) - set(asdict(args)) - set(BRAX_FLAGS)
         written_by = meta.get("script") or ("another script" if foreign else this)
         if written_by != this:
             raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")

@@ -47,6 +47,12 @@ def ewma():
     return load_script(SCRIPT)
 
 
+@pytest.fixture(scope="module", params=["ppo_ewma_jax", "ppo_ewma_brax"])
+def either(request):
+    """Each of the two JAX PPO scripts: the loss, the EWMA and GAE are the same code in both (copied, CleanRL's bargain)."""
+    return load_script(request.param)
+
+
 # ---- the decoupled objective (stagnation §2.2, eq. 4) ---------------------------------------------
 def random_logprobs(seed, n=64, spread=0.5):
     rng = np.random.default_rng(seed)
@@ -76,7 +82,7 @@ def openai_compute_losses(newlogp, rec_logp, logp, adv, clip_param, imp_samp_max
     return pg_losses.mean(), clipfrac, imp_samp_clipfrac
 
 
-def compare_with_openai(ewma, new, prox, behav, adv, clip, imp_samp_max):
+def compare_with_openai(script, new, prox, behav, adv, clip, imp_samp_max):
     import torch as th
 
     new_t = th.tensor(np.asarray(new), requires_grad=True)
@@ -85,9 +91,9 @@ def compare_with_openai(ewma, new, prox, behav, adv, clip, imp_samp_max):
     ref_loss.backward()
 
     def loss(new):
-        return ewma.decoupled_policy_loss(new, prox, behav, adv, clip, imp_samp_max)[0]
+        return script.decoupled_policy_loss(new, prox, behav, adv, clip, imp_samp_max)[0]
 
-    _, clipfrac, imp = ewma.decoupled_policy_loss(new, prox, behav, adv, clip, imp_samp_max)
+    _, clipfrac, imp = script.decoupled_policy_loss(new, prox, behav, adv, clip, imp_samp_max)
     np.testing.assert_allclose(loss(new), ref_loss.item(), rtol=2e-5)
     np.testing.assert_allclose(jax.grad(loss)(new), new_t.grad.numpy(), rtol=2e-5, atol=1e-9)
     np.testing.assert_allclose([clipfrac, imp], [ref_clipfrac.item(), ref_imp.item()])
@@ -96,13 +102,13 @@ def compare_with_openai(ewma, new, prox, behav, adv, clip, imp_samp_max):
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("imp_samp_max", [100.0, 3.0, 0.0])
-def test_policy_loss_is_openai_compute_losses_on_random_inputs(ewma, seed, imp_samp_max):
+def test_policy_loss_is_openai_compute_losses_on_random_inputs(either, seed, imp_samp_max):
     """Log-probs spread over 8 nats: ratios pi / pi_behav from ~1e-3 to ~1e3, so the bound and the clip both act."""
     rng = np.random.default_rng(seed)
     behav = rng.normal(-3.0, 2.0, 256)
     new, prox = behav + rng.normal(0, 2.5, 256), behav + rng.normal(0, 2.5, 256)
     adv = rng.normal(0, 1, 256)
-    imp = compare_with_openai(ewma, *map(jnp.asarray, (new, prox, behav, adv)), clip=0.2, imp_samp_max=imp_samp_max)
+    imp = compare_with_openai(either, *map(jnp.asarray, (new, prox, behav, adv)), clip=0.2, imp_samp_max=imp_samp_max)
     assert (imp > 0.02) == (imp_samp_max > 0)  # the bound is exercised where it exists
 
 
@@ -112,43 +118,43 @@ def test_policy_loss_is_openai_compute_losses_on_random_inputs(ewma, seed, imp_s
     dict(new=[np.log(100.0) - 5.0], prox=[-4.0], behav=[-5.0], adv=[1.0]),  # the ratio exactly at the bound
     dict(new=[-2.0, 0.0], prox=[-2.0, 0.0], behav=[-2.0, 0.0], adv=[0.0, 0.0]),  # zero advantages
 ])
-def test_policy_loss_edge_cases_against_openai(ewma, case):
-    compare_with_openai(ewma, *(jnp.asarray(case[k], jnp.float32) for k in ("new", "prox", "behav", "adv")), 0.2, 100.0)
+def test_policy_loss_edge_cases_against_openai(either, case):
+    compare_with_openai(either, *(jnp.asarray(case[k], jnp.float32) for k in ("new", "prox", "behav", "adv")), 0.2, 100.0)
 
 
-def test_bound_is_on_the_whole_ratio_as_openai_has_it(ewma):
+def test_bound_is_on_the_whole_ratio_as_openai_has_it(either):
     """behav -10, prox -8, new -0.5, A = -1: bounding pi_prox / pi_behav alone gave 13,360; openai gives 100."""
-    loss, _, imp = ewma.decoupled_policy_loss(*(jnp.array([x]) for x in (-0.5, -8.0, -10.0, -1.0)), 0.2, 100.0)
+    loss, _, imp = either.decoupled_policy_loss(*(jnp.array([x]) for x in (-0.5, -8.0, -10.0, -1.0)), 0.2, 100.0)
     np.testing.assert_allclose(loss, 100.0, rtol=1e-5)
     assert imp == 1.0
 
 
 @pytest.mark.parametrize("spread, bound", [(0.3, 100.0), (3.0, 0.0)])
-def test_decoupled_loss_with_proximal_equal_to_behaviour_is_ppo_clipped_surrogate(ewma, spread, bound):
+def test_decoupled_loss_with_proximal_equal_to_behaviour_is_ppo_clipped_surrogate(either, spread, bound):
     """With the bound (no ratio reaches it), and without it (PPO mode's default) at ratios far above 100."""
     new, _, behav, adv = random_logprobs(1, spread=spread)
     ratio = np.exp(np.asarray(new) - np.asarray(behav))
     eps = 0.2
     ppo = np.mean(np.maximum(-adv * ratio, -adv * np.clip(ratio, 1 - eps, 1 + eps)))
-    loss, clipfrac, imp = ewma.decoupled_policy_loss(new, behav, behav, adv, eps, bound)
+    loss, clipfrac, imp = either.decoupled_policy_loss(new, behav, behav, adv, eps, bound)
     assert 0 < clipfrac < 1 and imp == 0  # some ratios are outside [1 - eps, 1 + eps], none above a bound
     assert (ratio.max() > 100) == (bound == 0)
     np.testing.assert_allclose(loss, ppo, rtol=1e-5)
     np.testing.assert_allclose(clipfrac, np.mean(np.abs(ratio - 1) > eps), rtol=1e-6)
 
 
-def test_beta_from_centre_of_mass(ewma):
-    assert ewma.ewma_beta(0.0) == 0.0
-    assert ewma.ewma_beta(1.0) == 0.5
-    assert ewma.ewma_beta(3.0) == 0.75
-    beta = ewma.ewma_beta(99.0)
+def test_beta_from_centre_of_mass(either):
+    assert either.ewma_beta(0.0) == 0.0
+    assert either.ewma_beta(1.0) == 0.5
+    assert either.ewma_beta(3.0) == 0.75
+    beta = either.ewma_beta(99.0)
     assert abs(1 / (1 - beta) - 1 - 99.0) < 1e-9  # COM = 1 / (1 - beta) - 1
 
 
-def test_ewma_update_without_bias_correction(ewma):
+def test_ewma_update_without_bias_correction(either):
     prox = {"w": jnp.array([1.0, 2.0]), "b": jnp.array(0.0)}
     params = {"w": jnp.array([3.0, -2.0]), "b": jnp.array(4.0)}
-    out, weight = ewma.ewma_update(prox, params, 0.75, 1.0, bias_correction=False)
+    out, weight = either.ewma_update(prox, params, 0.75, 1.0, bias_correction=False)
     np.testing.assert_allclose(out["w"], [1.5, 1.0])  # 0.75 * 1 + 0.25 * 3, 0.75 * 2 + 0.25 * -2
     np.testing.assert_allclose(out["b"], 1.0)
     assert weight == 1.0
@@ -170,28 +176,28 @@ class OpenaiEwma:
 
 
 @pytest.mark.parametrize("com", [0.0, 4.0, 256.0])
-def test_ewma_bias_correction_is_openai_ewma_model(ewma, com):
+def test_ewma_bias_correction_is_openai_ewma_model(either, com):
     rng = np.random.default_rng(int(com))
-    beta = ewma.ewma_beta(com)
+    beta = either.ewma_beta(com)
     steps = rng.normal(size=(300, 5))
     reference = OpenaiEwma(steps[0], beta)
     prox, weight = jnp.asarray(steps[0], jnp.float32), jnp.ones(())
     for p in steps[1:]:
         reference.update(p)
-        prox, weight = ewma.ewma_update(prox, jnp.asarray(p, jnp.float32), beta, weight)
+        prox, weight = either.ewma_update(prox, jnp.asarray(p, jnp.float32), beta, weight)
     np.testing.assert_allclose(prox, reference.p_ewma, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(weight, reference.total_weight, rtol=1e-5)
 
 
-def test_weight_left_on_the_initial_parameters_after_one_iteration(ewma):
+def test_weight_left_on_the_initial_parameters_after_one_iteration(either):
     """Table 2: 8 epochs x 32 minibatches = 256 steps. Without correction the initial copy keeps beta^256
     (37% at COM 256); with it, as much as one step's sample: beta^256 / (1 + beta + ... + beta^256)."""
-    beta = ewma.ewma_beta(256.0)
+    beta = either.ewma_beta(256.0)
     initial, weight = {"init": jnp.ones(())}, jnp.ones(())
     plain = dict(initial)
     for _ in range(256):  # the actor's parameters are 0 after the first step: what is left is the initial copy's share
-        initial, weight = ewma.ewma_update(initial, {"init": jnp.zeros(())}, beta, weight)
-        plain, _ = ewma.ewma_update(plain, {"init": jnp.zeros(())}, beta, 1.0, bias_correction=False)
+        initial, weight = either.ewma_update(initial, {"init": jnp.zeros(())}, beta, weight)
+        plain, _ = either.ewma_update(plain, {"init": jnp.zeros(())}, beta, 1.0, bias_correction=False)
     np.testing.assert_allclose(plain["init"], beta ** 256, rtol=1e-4)
     assert 0.36 < float(plain["init"]) < 0.38
     np.testing.assert_allclose(initial["init"], beta ** 256 / sum(beta ** k for k in range(257)), rtol=1e-4)
@@ -199,7 +205,7 @@ def test_weight_left_on_the_initial_parameters_after_one_iteration(ewma):
 
 
 # ---- GAE and the policy -----------------------------------------------------------------------------
-def test_gae_matches_a_reference_loop(ewma):
+def test_gae_matches_a_reference_loop(either):
     rng = np.random.default_rng(2)
     steps, envs, gamma, lam = 12, 3, 0.99, 0.9
     rewards, values = rng.normal(size=(steps, envs)), rng.normal(size=(steps, envs))
@@ -213,7 +219,7 @@ def test_gae_matches_a_reference_loop(ewma):
             delta = rewards[t, e] + gamma * next_value * nonterminal - values[t, e]
             gae = delta + gamma * lam * nonterminal * gae
             expected[t, e], next_value = gae, values[t, e]
-    adv, ret = ewma.compute_gae(*map(jnp.asarray, (rewards, values, dones, last_value)), gamma, lam)
+    adv, ret = either.compute_gae(*map(jnp.asarray, (rewards, values, dones, last_value)), gamma, lam)
     np.testing.assert_allclose(adv, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ret, expected + values, rtol=1e-5, atol=1e-5)
 
@@ -701,6 +707,23 @@ def test_resume_from_a_checkpoint_whose_metadata_lacks_the_flags_is_refused(tmp_
     assert_bad_input(result, tmp_path, "its metadata lacks global_step, args")
 
 
+def test_a_checkpoint_from_before_the_brax_split_is_still_this_scripts(ewma, tmp_path):
+    """Checkpoints written before they named their script, by the version that also trained Brax, list Brax's flags:
+    they are not another script's for it."""
+    structural = {"env_id": "CartPole-v1", "env_size": "m", "num_morphologies": 512, "num_envs": 4, "hidden_size": 256,
+                  "num_layers": 3, "activation": "tanh", "num_seeds": 1}
+    meta = {"num_leaves": 0, "iteration": 1, "global_step": 32,
+            "args": {**structural, "brax_backend": "positional", "brax_fresh_starts": False, "norm_obs": True,
+                     "norm_reward": True}}
+    np.savez(tmp_path / "old.npz", meta=np.array(json.dumps(meta)))
+    flags = dict(env_id="CartPole-v1", num_envs=4, num_steps=8, num_minibatches=2, total_timesteps=128)
+    assert ewma.resolve_args(ewma.Args(**flags, resume=str(tmp_path / "old.npz"))).resume == str(tmp_path / "old.npz")
+    meta["args"]["a_flag_of_no_script_here"] = 1  # a flag no version of this script had: another script's
+    np.savez(tmp_path / "other.npz", meta=np.array(json.dumps(meta)))
+    with pytest.raises(ewma.BadFlag, match="is a checkpoint of another script"):
+        ewma.resolve_args(ewma.Args(**flags, resume=str(tmp_path / "other.npz")))
+
+
 def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(tmp_path):
     (tmp_path / "notes.npz").write_text("not a checkpoint")
     result = run_script(["--env-id", "CartPole-v1", "--resume", tmp_path / "notes.npz"], tmp_path)
@@ -725,7 +748,7 @@ SMALL_CARTPOLE = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "
 LONG_CARTPOLE = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 2000)]
 
 
-@pytest.mark.parametrize("script", ["ppo_ewma_jax", "ppo_kinetix_sfl"])
+@pytest.mark.parametrize("script", ["ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl"])
 @pytest.mark.parametrize("signals, aborts_at, status", [
     ([signal.SIGUSR1, signal.SIGTERM], None, 75),  # Slurm's pre-timeout signal, then its SIGTERM: stop at the boundary
     ([signal.SIGINT], None, 130),
@@ -734,7 +757,7 @@ LONG_CARTPOLE = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 2000)]
     ([signal.SIGTERM, signal.SIGINT, signal.SIGINT], 2, 130),  # a second Ctrl-C aborts whatever came first
     ([signal.SIGUSR1, signal.SIGINT, signal.SIGUSR1, signal.SIGINT], 3, 130),
 ])
-def test_the_stop_handler_of_both_jax_scripts_while_training(script, signals, aborts_at, status):
+def test_the_stop_handler_of_the_jax_scripts_while_training(script, signals, aborts_at, status):
     """Each script's Stop as its handler sees the signals once training runs: which one aborts (raises), and the exit
     status; before training any signal raises (nothing to save)."""
     module = load_script(script)
