@@ -85,6 +85,19 @@ def finish(process, timeout=None):
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+def refusal(module, flags):
+    """What a script's flag checks say of `flags` (the line it prints after "error: "), or None if they pass: the rule
+    tested in this process, without a subprocess's imports (one subprocess per script tests the exit-2 contract)."""
+    import tyro
+
+    args = tyro.cli(module.Args, args=[str(flag) for flag in flags])
+    try:
+        module.resolve_args(args)
+    except module.BadFlag as e:
+        return str(e)
+    return None
+
+
 def run_copy(name, args, workdir, timeout=None, capture=True, extra_env=None, source=None, python_flags=()):
     """Run a copy of the script in `workdir` to its end."""
     return finish(start_copy(name, args, workdir, capture, extra_env, source, python_flags), timeout)

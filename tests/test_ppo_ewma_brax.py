@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from benchmark.common import refusal
 from conftest import assert_bad_input, assert_coverage, load_script, read_values, run_copy, run_dirs, shared_runs
 
 SCRIPT = "ppo_ewma_brax"
@@ -204,13 +205,18 @@ def test_defaults_are_purejaxrls(ewma):
     (["--env-id", "ant", "--ent-coef", "nan"], "--ent-coef must be a finite number"),
     (["--env-id", "ant", "--num-envs", "7"], "--num-minibatches 32 must be positive and divide the batch 70"),
     (["--env-id", "swimmer"], "--brax-backend positional is not one swimmer has"),  # swimmer: generalized only
-    # halfcheetah's model makes MuJoCo warn, which it writes to ./MUJOCO_LOG.TXT unless told otherwise
-    (["--env-id", "halfcheetah", "--num-envs", "7"], "--num-minibatches 32 must be positive and divide the batch 70"),
 ])
-def test_bad_flags_fail_before_compute_with_one_line(tmp_path, flags, message):
-    result = run_copy(SCRIPT, flags, tmp_path)
-    assert_bad_input(result, tmp_path, message)
-    assert "Failed to import" not in result.stdout  # MuJoCo's MJX, importing Brax without the optional warp package
+def test_bad_flags_are_refused_by_the_flag_checks(ewma, flags, message):
+    said = refusal(ewma, flags)
+    assert said is not None and message in said, said
+
+
+def test_bad_input_exits_2_with_one_line_before_compute(tmp_path):
+    """As a user meets it: exit status 2, one line, nothing written. Halfcheetah's model makes MuJoCo warn, which it
+    writes to ./MUJOCO_LOG.TXT unless told otherwise; MJX prints "Failed to import warp" without the optional package."""
+    result = run_copy(SCRIPT, ["--env-id", "halfcheetah", "--num-envs", "7"], tmp_path)
+    assert_bad_input(result, tmp_path, "--num-minibatches 32 must be positive and divide the batch 70")
+    assert "Failed to import" not in result.stdout
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
 
 

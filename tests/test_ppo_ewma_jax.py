@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from benchmark.coverage_metric import read_coverage
+from benchmark.common import refusal
 from conftest import (assert_bad_input, assert_coverage, assert_schedule_is_optax, finish, load_script, read_tensorboard_run,
                       read_values, run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
 
@@ -616,8 +617,14 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--seed", str(2**64)], "--seed must lie in"),
     (["--track", "--num-seeds", "2"], "--track logs one wandb run a process"),
 ])
-def test_bad_flags_fail_before_compute_with_one_line(tmp_path, flags, message):
-    assert_bad_input(run_script(flags, tmp_path), tmp_path, message)
+def test_bad_flags_are_refused_by_the_flag_checks(ewma, flags, message):
+    said = refusal(ewma, flags)
+    assert said is not None and message in said, said
+
+
+def test_bad_input_exits_2_with_one_line_before_compute(tmp_path):
+    """The contract the cases above rest on, as a user meets it: exit status 2, one line, nothing written."""
+    assert_bad_input(run_script(["--clip-coef", "1"], tmp_path), tmp_path, "--clip-coef must lie in (0, 1)")
 
 
 # --num-seeds: a 3-seed run and the lone run of its middle seed, 16 iterations, checkpoints at 8 and 16
