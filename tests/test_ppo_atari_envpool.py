@@ -8,8 +8,9 @@ import pytest
 import torch
 import torch.nn as nn
 
+from benchmark.common import refusal
 from conftest import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
-from conftest import assert_bad_input, read_values, reference_gae, run_copy, run_dirs
+from conftest import assert_bad_input, load_script, read_values, reference_gae, run_copy, run_dirs
 
 SCRIPT = "ppo_atari_envpool"
 
@@ -148,6 +149,11 @@ def test_recipe_none_keeps_the_flags(ppo_atari):
 
 
 # ---------------------------------------------------------------- bad input
+@pytest.fixture(scope="module")
+def module():
+    return load_script(SCRIPT)
+
+
 BAD_INPUT = [
     (["--num-envs", "0"], "--num-envs"),
     (["--num-steps=-1"], "--num-steps"),
@@ -188,7 +194,14 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize("argv,flag", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
-def test_bad_input_exits_2_with_one_line_and_no_run_dir(tmp_path, argv, flag):
+def test_bad_input_is_refused_by_the_flag_checks(module, argv, flag):
+    said = refusal(module, argv)
+    assert said is not None and flag in said, said
+
+
+def test_bad_input_exits_2_with_one_line_and_no_run_dir(tmp_path):
+    """The contract the cases above rest on, as a user meets it: exit status 2, one line, nothing written."""
+    argv, flag = BAD_INPUT[0]
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, flag)
 
 

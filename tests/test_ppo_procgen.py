@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from benchmark.common import refusal
 from conftest import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
 from conftest import assert_bad_input, assert_coverage, load_script, run_copy, run_ok
 
@@ -229,5 +230,12 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize("argv,text", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
-def test_bad_input_exits_2_with_one_line_and_no_run_dir(tmp_path, argv, text):
+def test_bad_input_is_refused_by_the_flag_checks(procgen, argv, text):
+    said = refusal(procgen, argv)
+    assert said is not None and text in said, said
+
+
+def test_bad_input_exits_2_with_one_line_and_no_run_dir(tmp_path):
+    """The contract the cases above rest on, as a user meets it: exit status 2, one line, nothing written."""
+    argv, text = BAD_INPUT[0]
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, text)

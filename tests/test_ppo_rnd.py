@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmark.common import refusal
 from conftest import assert_bad_input, assert_coverage, load_script, reference_gae, run_copy, run_ok
 
 SCRIPT = "ppo_rnd"
@@ -145,7 +146,7 @@ def test_defaults_are_cleanrl_ppo_rnd_envpool_but_where_openais_rnd_differs(rnd)
     envs.close()
 
 
-@pytest.mark.parametrize("argv, flag", [
+BAD_INPUT = [
     (["--update-proportion", "0"], "--update-proportion must lie in (0, 1]"),
     (["--int-gamma", "1.1"], "--int-gamma must lie in [0, 1]"),
     (["--num-iterations-obs-norm-init", "0"], "--num-iterations-obs-norm-init must be positive"),
@@ -160,8 +161,18 @@ def test_defaults_are_cleanrl_ppo_rnd_envpool_but_where_openais_rnd_differs(rnd)
     (["--seed", "2147483648"], "--seed must lie in [0, 2^31)"),
     (["--hybrid-minibatch-factor", "4"], "--hybrid-minibatch-factor applies to --scaling-recipe hybrid only"),
     (["--coverage-samples=-1"], "--coverage-samples must lie in [0, --dynamics-batch 1024]"),
-])
-def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag):
+]
+
+
+@pytest.mark.parametrize("argv, flag", BAD_INPUT)
+def test_bad_input_is_refused_by_the_flag_checks(rnd, argv, flag):
+    said = refusal(rnd, argv)
+    assert said is not None and flag in said, said
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    """The contract the cases above rest on, as a user meets it: exit status 2, one line, nothing written."""
+    argv, flag = BAD_INPUT[0]
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, flag)
 
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmark.common import refusal
 from conftest import assert_bad_input, assert_coverage, load_script, run_copy, run_ok, shared_runs
 
 SCRIPT = "pqn_atari"
@@ -102,7 +103,7 @@ def test_recipe_keeps_the_minibatch_size_of_the_8_env_base(pqn):
     assert (args.num_minibatches, args.minibatch_size, args.learning_rate) == (16, 256, 2.5e-4)
 
 
-@pytest.mark.parametrize("argv, flag", [
+BAD_INPUT = [
     (["--q-lambda", "1.5"], "--q-lambda must lie in [0, 1]"),
     (["--end-e", "-0.1"], "--end-e must lie in [0, 1]"),
     (["--num-envs", "3", "--num-steps", "5"], "--num-minibatches 4 must be positive and divide the batch 15"),
@@ -117,8 +118,18 @@ def test_recipe_keeps_the_minibatch_size_of_the_8_env_base(pqn):
     (["--hybrid-minibatch-factor", "2"], "--hybrid-minibatch-factor applies to --scaling-recipe hybrid only"),
     (["--max-grad-norm=-1"], "--max-grad-norm must be positive"),
     (["--coverage-samples", "65", "--dynamics-batch", "64"], "--coverage-samples must lie in [0, --dynamics-batch 64]"),
-])
-def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag):
+]
+
+
+@pytest.mark.parametrize("argv, flag", BAD_INPUT)
+def test_bad_input_is_refused_by_the_flag_checks(pqn, argv, flag):
+    said = refusal(pqn, argv)
+    assert said is not None and flag in said, said
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    """The contract the cases above rest on, as a user meets it: exit status 2, one line, nothing written."""
+    argv, flag = BAD_INPUT[0]
     assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120), tmp_path, flag)
 
 
