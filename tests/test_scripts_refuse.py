@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmark.common import SCRIPTS as SCRIPT_DIR
-from benchmark.common import load_script, read_only
+from benchmark.common import load_script, read_only, refusal
 from conftest import assert_bad_input, run_copy
 
 SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl",
@@ -16,11 +16,9 @@ SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_a_run_name_with_a_slash_is_refused(script, tmp_path):
-    workdir = tmp_path / "a" / "b"  # ../../escape would have been tmp_path/escape
-    result = run_copy(script, ["--exp-name", "../../escape"], workdir, timeout=300)
-    assert_bad_input(result, workdir, "--exp-name must be a plain name, without '/'")
-    assert not (tmp_path / "escape").exists()
+def test_a_run_name_with_a_slash_is_refused(script):
+    said = refusal(load_script(script), ["--exp-name", "../../escape"])
+    assert said is not None and "--exp-name must be a plain name, without '/'" in said, said
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -59,11 +57,11 @@ def test_an_unwritable_working_directory_is_refused(script, tmp_path):
 
 
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "noisy_sgd"])
-def test_a_computed_field_given_as_a_flag_is_refused(script, tmp_path):
+def test_a_computed_field_given_as_a_flag_is_refused(script):
     """--num-iterations is listed by --help (CleanRL's Args) but computed from the budget and the batch: setting it would
     be silently overwritten."""
-    result = run_copy(script, ["--num-iterations", "999"], tmp_path, timeout=300)
-    assert_bad_input(result, tmp_path, "--num-iterations is computed from the other flags: do not set it (got 999)")
+    said = refusal(load_script(script), ["--num-iterations", "999"])
+    assert said is not None and "--num-iterations is computed from the other flags: do not set it (got 999)" in said, said
 
 
 CHECKPOINTING = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl"]
