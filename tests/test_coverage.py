@@ -9,7 +9,7 @@ import torch
 
 from benchmark.coverage_metric import (batch_coverage, coverage_tables, cumulative_coverage, grid_cells, project,
                                        read_coverage)
-from conftest import load_script
+from helpers import load_script
 
 
 def test_grid_cells_by_hand():

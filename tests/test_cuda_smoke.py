@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tyro
 
-from conftest import load_script
+from helpers import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "benchmark" / "cuda_smoke.sh"

@@ -22,7 +22,7 @@ import submitit
 
 from benchmark import analyze, configs, coverage_metric, events, launch, stats
 from benchmark.common import read_only
-from conftest import shared_runs
+from helpers import shared_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNERS = ROOT / "benchmark" / "runners"

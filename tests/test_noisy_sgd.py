@@ -4,7 +4,7 @@ import csv
 import numpy as np
 import pytest
 
-from conftest import assert_bad_input, load_script, read_values, run_copy, run_dirs
+from helpers import assert_bad_input, load_script, read_values, run_copy, run_dirs
 
 SCRIPT = "noisy_sgd"
 

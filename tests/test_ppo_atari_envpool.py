@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 
 from benchmark.common import refusal
-from conftest import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
-from conftest import assert_bad_input, load_script, read_values, reference_gae, run_copy, run_dirs
+from helpers import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
+from helpers import assert_bad_input, load_script, read_values, reference_gae, run_copy, run_dirs
 
 SCRIPT = "ppo_atari_envpool"
 

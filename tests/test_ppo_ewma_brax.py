@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from benchmark.common import refusal
-from conftest import assert_bad_input, assert_coverage, load_script, read_values, run_copy, run_dirs, shared_runs
+from helpers import assert_bad_input, assert_coverage, load_script, read_values, run_copy, run_dirs, shared_runs
 
 SCRIPT = "ppo_ewma_brax"
 # Brax's Ant (27 numbers observed, 8 motors), PureJaxRL's recipe at 16 envs x 10 steps, 4 minibatches; 4 iterations

@@ -18,7 +18,7 @@ import torch
 
 from benchmark.coverage_metric import read_coverage
 from benchmark.common import refusal
-from conftest import (assert_bad_input, assert_coverage, assert_schedule_is_optax, finish, load_script, read_tensorboard_run,
+from helpers import (assert_bad_input, assert_coverage, assert_schedule_is_optax, finish, load_script, read_tensorboard_run,
                       read_values, run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
 
 SCRIPT = "ppo_ewma_jax"

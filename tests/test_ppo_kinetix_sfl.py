@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import assert_bad_input, assert_schedule_is_optax, load_script, run_copy
+from helpers import assert_bad_input, assert_schedule_is_optax, load_script, run_copy
 
 SCRIPT = "ppo_kinetix_sfl"
 FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
@@ -297,7 +297,7 @@ def test_the_compile_cache_is_on_unless_turned_off(tmp_path, flags, env, cached)
     --distributed too (every process waits at a barrier before a program's first collective: the two-process run in
     test_ppo_kinetix_sfl_runs.py); the program the first update compiles is then kept: SFL's minutes before it, once
     per shapes."""
-    code = ("import sys, jax; from conftest import load_script; m = load_script('ppo_kinetix_sfl'); "
+    code = ("import sys, jax; from helpers import load_script; m = load_script('ppo_kinetix_sfl'); "
             f"m.use_compile_cache(m.Args(**{{'--no-compile-cache': {{'compile_cache': False}}, '--distributed': "
             f"{{'distributed': True}}}}.get(({flags!r} or [''])[0], {{}}))); "
             "print(jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)")

@@ -7,8 +7,8 @@ import torch
 import torch.nn as nn
 
 from benchmark.common import refusal
-from conftest import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
-from conftest import assert_bad_input, assert_coverage, load_script, run_copy, run_ok
+from helpers import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
+from helpers import assert_bad_input, assert_coverage, load_script, run_copy, run_ok
 
 SCRIPT = "ppo_procgen_envpool"
 

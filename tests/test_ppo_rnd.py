@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from benchmark.common import refusal
-from conftest import assert_bad_input, assert_coverage, load_script, reference_gae, run_copy, run_ok
+from helpers import assert_bad_input, assert_coverage, load_script, reference_gae, run_copy, run_ok
 
 SCRIPT = "ppo_rnd"
 TINY = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "384", "--dynamics-every", "2",

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from benchmark.common import refusal
-from conftest import assert_bad_input, assert_coverage, load_script, run_copy, run_ok, shared_runs
+from helpers import assert_bad_input, assert_coverage, load_script, run_copy, run_ok, shared_runs
 
 SCRIPT = "pqn_atari"
 TINY = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "512", "--dynamics-every", "2",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_bad_input
+from helpers import assert_bad_input
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmark"))

@@ -9,7 +9,7 @@ import pytest
 
 from benchmark.common import SCRIPTS as SCRIPT_DIR
 from benchmark.common import load_script, read_only, refusal
-from conftest import assert_bad_input, run_copy
+from helpers import assert_bad_input, run_copy
 
 SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl",
            "noisy_sgd"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from benchmark.coverage_metric import read_coverage
-from conftest import (assert_bad_input, finish, read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs,
+from helpers import (assert_bad_input, finish, read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs,
                       start_copy, wait_for_file)
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--dynamics-batch", "64"]
@@ -44,7 +44,8 @@ NETWORKS = {"ppo_atari_envpool": ["agent"], "pqn_atari": ["q_network"], "ppo_rnd
 TIMINGS = ("charts/SPS", "charts/first_iteration_seconds")  # wall times: never the same twice
 
 
-def run_ok(script, flags, workdir, extra_env=None):
+def run_tiny(script, flags, workdir, extra_env=None):
+    """A copy of `script` at its tiny settings (SCRIPTS) plus `flags`, which must succeed: (result, scalars)."""
     result = run_copy(script, SCRIPTS[script] + flags, workdir, timeout=600, extra_env=extra_env)
     assert result.returncode == 0, result.stderr[-3000:]
     return result, read_values(run_dirs(workdir)[0])[0]
@@ -63,7 +64,7 @@ def test_gradient_kurtosis_is_of_the_raw_gradient_whatever_the_clip(script, tmp_
     (log(|g| + 1e-8) is not scale-invariant: read after clipping, it moved with the clip factor)."""
     kurtosis = {}
     for clip in ("1000", "0.0001"):
-        _, scalars = run_ok(script, ["--total-timesteps", "128", "--max-grad-norm", clip], tmp_path / clip)
+        _, scalars = run_tiny(script, ["--total-timesteps", "128", "--max-grad-norm", clip], tmp_path / clip)
         kurtosis[clip] = scalars["dynamics/grad_kurtosis"]
         assert scalars["losses/grad_norm"][0] > 0.0001  # the tight clip is active
     assert kurtosis["1000"] == kurtosis["0.0001"] and len(kurtosis["1000"]) == 1
@@ -75,7 +76,7 @@ def uninterrupted(request, tmp_path_factory):
     runs = []
     for name in ("first", "second"):
         workdir = tmp_path_factory.mktemp(f"{request.param}_{name}")
-        _, scalars = run_ok(request.param, RESUMABLE + ["--reset-envs-at", "2"], workdir)
+        _, scalars = run_tiny(request.param, RESUMABLE + ["--reset-envs-at", "2"], workdir)
         runs.append((run_dirs(workdir)[0], scalars))
     return request.param, runs
 
@@ -94,7 +95,7 @@ def test_same_seed_and_flags_log_the_same_values_on_cpu(uninterrupted):
 def test_saving_the_coverage_states_changes_no_logged_value(uninterrupted, tmp_path):
     """The same run without them (--coverage-samples 0): every tag the same, and no states."""
     script, ((run_dir, _), _) = uninterrupted
-    run_ok(script, RESUMABLE + ["--reset-envs-at", "2", "--coverage-samples", "0"], tmp_path)
+    run_tiny(script, RESUMABLE + ["--reset-envs-at", "2", "--coverage-samples", "0"], tmp_path)
     assert logged(run_dirs(tmp_path)[0]) == logged(run_dir) and read_coverage(tmp_path) is None
 
 
@@ -110,7 +111,7 @@ def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
     saved["optimizer"]["state"] = {i: {k: v.contiguous() for k, v in state.items()}
                                    for i, state in saved["optimizer"]["state"].items()}
     torch.save(saved, tmp_path / "iter_2.pt")
-    result, _ = run_ok(script, RESUMABLE + ["--resume", tmp_path / "iter_2.pt"], tmp_path)
+    result, _ = run_tiny(script, RESUMABLE + ["--resume", tmp_path / "iter_2.pt"], tmp_path)
     assert "resuming" in result.stdout and "fresh episodes" in result.stdout and "flags changed" not in result.stdout
     resumed = logged(run_dirs(tmp_path)[0])
     assert [step for step, _ in resumed["losses/grad_norm"]] == [384, 512, 640]  # iterations 3, 4, 5
@@ -130,9 +131,9 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
              "--reset-envs-at", "2"]  # 3 iterations
     cache = tmp_path / "inductor"
     env = {"TORCHINDUCTOR_CACHE_DIR": str(cache)}
-    _, eager = run_ok(script, flags, tmp_path / "eager", env)
+    _, eager = run_tiny(script, flags, tmp_path / "eager", env)
     assert not (cache / "fxgraph").exists()
-    _, compiled = run_ok(script, flags + ["--compile"], tmp_path / "compiled", env)
+    _, compiled = run_tiny(script, flags + ["--compile"], tmp_path / "compiled", env)
     # policy (and RND's curiosity) step, GAE / Q(lambda) targets, minibatch gradient (forward and backward), step
     graphs = list((cache / "fxgraph").iterdir())
     assert len(graphs) >= (6 if script == "ppo_rnd" else 5), graphs
@@ -150,12 +151,12 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
             return torch.cat([p.flatten() for p in saved[name, i][network].values()])
         step = (flat("eager", 2) - flat("eager", 1)).norm()  # what iteration 2 changed
         assert (flat("compiled", 2) - flat("eager", 2)).norm() <= 0.05 * step, network
-    resumed, _ = run_ok(script, flags + ["--compile", "--resume", runs["compiled"] / "checkpoints" / "iter_2.pt"],
+    resumed, _ = run_tiny(script, flags + ["--compile", "--resume", runs["compiled"] / "checkpoints" / "iter_2.pt"],
                         tmp_path / "resumed")
     assert "resuming" in resumed.stdout
     assert logged(run_dirs(tmp_path / "resumed")[0]) == logged(runs["compiled"], after=256)  # iteration 3, every tag
     # and an eager run's checkpoint resumes compiled (the learning rate becomes a tensor, the optimiser's state is kept)
-    crossed, logs = run_ok(script, flags + ["--compile", "--resume", runs["eager"] / "checkpoints" / "iter_2.pt"],
+    crossed, logs = run_tiny(script, flags + ["--compile", "--resume", runs["eager"] / "checkpoints" / "iter_2.pt"],
                            tmp_path / "crossed")
     assert "resuming" in crossed.stdout and len(logs["charts/learning_rate"]) == 1
     assert logs["charts/learning_rate"][0] == pytest.approx(eager["charts/learning_rate"][2], rel=1e-6)
@@ -168,7 +169,7 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
 
 @pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_rnd"])
 def test_kl_sample_of_the_whole_batch_is_the_exact_kl(script, tmp_path):
-    kl = [run_ok(script, ["--total-timesteps", "128", "--dynamics-every", "0", *flags], tmp_path / str(i))[1]["losses/approx_kl"]
+    kl = [run_tiny(script, ["--total-timesteps", "128", "--dynamics-every", "0", *flags], tmp_path / str(i))[1]["losses/approx_kl"]
           for i, flags in enumerate([[], ["--kl-sample", "128"]])]
     assert kl[0] == pytest.approx(kl[1], rel=1e-5) and kl[0][0] > 0
 
@@ -203,7 +204,7 @@ def test_a_signal_checkpoints_at_the_end_of_the_iteration_and_exits_75_or_130(sc
     assert 2 < iteration < 100 and f"stopped by signal {int(signum)} after iteration {iteration}; resume with --resume {checkpoints[-1].relative_to(tmp_path / 'run')}" in result.stdout
     checkpoint = checkpoints[-1]
     flags = ["--total-timesteps", str(128 * (iteration + 1)), "--dynamics-every", "0", "--resume", checkpoint]
-    _, resumed = run_ok(script, flags, tmp_path / "resumed")
+    _, resumed = run_tiny(script, flags, tmp_path / "resumed")
     assert len(resumed["losses/grad_norm"]) == 1
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from benchmark.common import ROOT
-from conftest import assert_bad_input
+from helpers import assert_bad_input
 
 sys.path.insert(0, str(ROOT / "benchmark"))
 import vs_reference  # noqa: E402

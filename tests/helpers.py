@@ -1,0 +1,115 @@
+"""What the tests share: running a copy of a script and reading its logs (benchmark/common.py's, re-exported), the
+bad-input rule, the coverage states' checks, a reference GAE, and the module fixtures that train."""
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmark.common import finish, load_script, read_tensorboard_run, run_copy, run_dirs, start_copy  # noqa: E402,F401
+
+# what the torch PPO scripts (ppo_atari_envpool, ppo_procgen_envpool) log every iteration, and their dynamics/ tags
+PPO_EVERY_ITERATION = ["losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",
+                       "losses/value_loss", "losses/policy_loss", "losses/entropy", "charts/ddr", "charts/SPS",
+                       "charts/learning_rate"]
+PPO_DYNAMICS = ["dynamics/feature_rank", "dynamics/dormant_pct", "dynamics/weight_norm", "dynamics/grad_kurtosis",
+                "dynamics/policy_variance", "dynamics/ess_pct"]
+
+
+def read_values(run_dir):
+    """({tag: [values]}, {tag: [texts]}) of a run."""
+    scalars, texts = read_tensorboard_run(run_dir)
+    return {tag: [e.value for e in events] for tag, events in scalars.items()}, texts
+
+
+def assert_bad_input(result, workdir, text):
+    """The bad-input rule: exit status 2, one stderr line naming the flag, nothing written."""
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and text in lines[0] and ": error: " in lines[0], result.stderr[-3000:]
+    assert not (Path(workdir) / "runs").exists() and not (Path(workdir) / "wandb").exists()
+
+
+def shared_runs(minutes, **kwargs):
+    """A module fixture that trains: real runs that several tests of its file then read. pytest.ini runs the suite
+    on 2 pytest-xdist workers, a test file at a time on one worker (--dist loadfile: a module's runs happen once);
+    the files whose runs take longest (`minutes`, on 2 idle cores) are handed out first."""
+    def decorate(func):
+        func.shared_runs_minutes = minutes
+        return pytest.fixture(scope="module", **kwargs)(func)
+    return decorate
+
+
+def assert_coverage(workdir, iterations, obs_shape, feature_dim, samples, relu=True):
+    """The states a run saved for the coverage metric: `samples` of each measured iteration, the global step of
+    each, the thumbnail shape, and penultimate features, finite (after a ReLU: >= 0)."""
+    from benchmark.coverage_metric import read_coverage
+
+    records = read_coverage(workdir)
+    assert records["iteration"].tolist() == [i for i in iterations for _ in range(samples)]
+    assert len(set(records["global_step"][records["iteration"] == iterations[-1]].tolist())) == 1
+    assert records["obs"].shape[1:] == obs_shape and records["features"].shape[1:] == (feature_dim,)
+    assert np.all(np.isfinite(records["features"])) and np.abs(records["features"]).max() > 0
+    assert records["features"].min() >= 0 or not relu
+
+
+def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):
+    """A_t = sum_l (gamma lam)^l delta_{t+l}, summed forward until the episode ends."""
+    T, N = rewards.shape
+    values_ext = np.concatenate([values, next_value[None]])
+    dones_ext = np.concatenate([dones, next_done[None]])
+    adv = np.zeros((T, N))
+    for env in range(N):
+        for t in range(T):
+            total, weight = 0.0, 1.0
+            for k in range(t, T):
+                notdone = 1.0 - dones_ext[k + 1, env]
+                delta = rewards[k, env] + gamma * values_ext[k + 1, env] * notdone - values_ext[k, env]
+                total += weight * delta
+                if notdone == 0.0:
+                    break
+                weight *= gamma * lam
+            adv[t, env] = total
+    return adv
+
+
+def wait_for_file(process, workdir, pattern, timeout=300):
+    """The first file under `workdir` matching the glob `pattern`, once a started copy has written it (the copy must
+    still be running)."""
+    start = time.time()
+    while not (found := sorted(Path(workdir).glob(pattern))):
+        assert process.poll() is None, f"the run ended ({process.returncode}) before writing {pattern}: {finish(process).stderr[-3000:]}"
+        assert time.time() - start < timeout, f"no {pattern} after {timeout} s"
+        time.sleep(0.1)
+    return found[0]
+
+
+def finish_ok(process, workdir, timeout=900):
+    """Wait for a started copy that must succeed: (run_dir, result, scalars, texts) of its one run."""
+    result = finish(process, timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = run_dirs(workdir)
+    return (run_dir, result, *read_values(run_dir))
+
+
+def run_ok(script, args, workdir, timeout=900, extra_env=None):
+    """Run a copy of `script` that must succeed: (run_dir, result, scalars, texts) of its one run."""
+    return finish_ok(start_copy(script, args, workdir, extra_env=extra_env), workdir, timeout)
+
+
+def assert_schedule_is_optax(script, args_and_schedule, anneal):
+    """A JAX script's learning-rate schedule (make_train's; of the flags as constants and of hyperparameters(args) as
+    the update traces them, which the host logs too) against optax.linear_schedule / constant_schedule, at random
+    rates and the edges: the first step, the last, past the last. args_and_schedule(lr) -> (args, schedule)."""
+    import optax
+
+    rng = np.random.default_rng(0)
+    for lr in rng.uniform(1e-5, 1e-2, size=3):
+        args, schedule = args_and_schedule(float(lr))
+        updates = args.num_iterations * args.update_epochs * args.num_minibatches
+        reference = optax.linear_schedule(lr, 0.0, updates) if anneal else optax.constant_schedule(lr)
+        counts = np.array([0, 1, updates // 2, updates - 1, updates, updates + 5, *rng.integers(0, updates, 5)])
+        for rates in (schedule(counts), schedule(counts, script.hyperparameters(args))):
+            np.testing.assert_allclose(np.asarray(rates), np.asarray(reference(counts)), rtol=1e-6, atol=1e-12)
