@@ -7,8 +7,8 @@
 # SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's task: 64 envs x 128 steps, 8 epochs x 32 minibatches held), the DDR
 # varied apart from N_envs through PPO's clip epsilon 0.05, 0.2, 0.8 (an outer-loop step size, stagnation Table 1;
 # chosen to reach both ends: claim 2's earlier runs found epsilon 0.8 plateau low), budgets 200k and 800k steps,
-# 5 seeds. 76 minutes on 2 workers (AMD EPYC, 2026-11-27, partly beside tests; the last of its 3 packs of 5 seeds
-# alone: LAUNCH_FLAGS="--workers 2 --seeds-per-process 3" balances them). Until 2026-11-27: N_envs 16, 64 x epochs 2, 8 x minibatches 8, 32, budgets 250k and 1M, 2 seeds.
+# 5 seeds, packed 3 + 2. 76 minutes on 2 workers (AMD EPYC, 2026-11-27, packs of 5, partly beside tests) and 67 (Intel
+# Xeon, 2026-11-28, packs of 3 + 2, partly beside tests), with identical results. Until 2026-11-27: N_envs 16, 64 x epochs 2, 8 x minibatches 8, 32, budgets 250k and 1M, 2 seeds.
 # SCALE=gpu (fixed 2026-11-27 later, before any run; until then 2026-11-25's unsized N_envs 512 and 2048 x epochs 2, 8 x
 # minibatches 8, 32, budgets 10M and 40M, 2 seeds): SCALE=small's design on Kinetix locomotion at Table 2 (2048 envs x
 # 256 steps, 8 epochs x 32 minibatches held), clip epsilon 0.05, 0.2, 0.8, budgets 2^27 and 2^29 steps (256 and 1,024
