@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmark.common import finish, load_script, read_tensorboard_run, run_copy, run_dirs, start_copy  # noqa: E402,F401
+from benchmark.common import finish, load_script, read_tensorboard_run, refusal, run_copy, run_dirs, start_copy  # noqa: E402,F401
 
 # what the torch PPO scripts (ppo_atari_envpool, ppo_procgen_envpool) log every iteration, and their dynamics/ tags
 PPO_EVERY_ITERATION = ["losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",
@@ -22,6 +22,13 @@ def read_values(run_dir):
     """({tag: [values]}, {tag: [texts]}) of a run."""
     scalars, texts = read_tensorboard_run(run_dir)
     return {tag: [e.value for e in events] for tag, events in scalars.items()}, texts
+
+
+def assert_refused(module, flags, text):
+    """The script's flag checks refuse `flags` with a message holding `text` (in this process: benchmark/common.py's
+    refusal; one subprocess per script checks that a refusal exits 2 with that one line)."""
+    said = refusal(module, flags)
+    assert said is not None and text in said, said
 
 
 def assert_bad_input(result, workdir, text):

@@ -8,9 +8,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from benchmark.common import refusal
 from helpers import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
-from helpers import assert_bad_input, load_script, read_values, reference_gae, run_copy, run_dirs
+from helpers import assert_bad_input, assert_refused, load_script, read_values, reference_gae, run_copy, run_dirs
 
 SCRIPT = "ppo_atari_envpool"
 
@@ -195,8 +194,7 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("argv,flag", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
 def test_bad_input_is_refused_by_the_flag_checks(module, argv, flag):
-    said = refusal(module, argv)
-    assert said is not None and flag in said, said
+    assert_refused(module, argv, flag)
 
 
 def test_bad_input_exits_2_with_one_line_and_no_run_dir(tmp_path):

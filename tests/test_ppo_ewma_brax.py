@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from benchmark.common import refusal
-from helpers import assert_bad_input, assert_coverage, load_script, read_values, run_copy, run_dirs, shared_runs
+from helpers import (assert_bad_input, assert_coverage, assert_refused, load_script, read_values, run_copy, run_dirs,
+                     shared_runs)
 
 SCRIPT = "ppo_ewma_brax"
 # Brax's Ant (27 numbers observed, 8 motors), PureJaxRL's recipe at 16 envs x 10 steps, 4 minibatches; 4 iterations
@@ -207,8 +207,7 @@ def test_defaults_are_purejaxrls(ewma):
     (["--env-id", "swimmer"], "--brax-backend positional is not one swimmer has"),  # swimmer: generalized only
 ])
 def test_bad_flags_are_refused_by_the_flag_checks(ewma, flags, message):
-    said = refusal(ewma, flags)
-    assert said is not None and message in said, said
+    assert_refused(ewma, flags, message)
 
 
 def test_bad_input_exits_2_with_one_line_before_compute(tmp_path):

@@ -17,9 +17,8 @@ import pytest
 import torch
 
 from benchmark.coverage_metric import read_coverage
-from benchmark.common import refusal
-from helpers import (assert_bad_input, assert_coverage, assert_schedule_is_optax, finish, load_script, read_tensorboard_run,
-                      read_values, run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
+from helpers import (assert_bad_input, assert_coverage, assert_refused, assert_schedule_is_optax, finish, load_script,
+                     read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
 
 SCRIPT = "ppo_ewma_jax"
 ROOT = Path(__file__).resolve().parents[1]
@@ -618,8 +617,7 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--track", "--num-seeds", "2"], "--track logs one wandb run a process"),
 ])
 def test_bad_flags_are_refused_by_the_flag_checks(ewma, flags, message):
-    said = refusal(ewma, flags)
-    assert said is not None and message in said, said
+    assert_refused(ewma, flags, message)
 
 
 def test_bad_input_exits_2_with_one_line_before_compute(tmp_path):

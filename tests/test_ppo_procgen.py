@@ -6,9 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from benchmark.common import refusal
 from helpers import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
-from helpers import assert_bad_input, assert_coverage, load_script, run_copy, run_ok
+from helpers import assert_bad_input, assert_coverage, assert_refused, load_script, run_copy, run_ok
 
 SCRIPT = "ppo_procgen_envpool"
 
@@ -231,8 +230,7 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("argv,text", BAD_INPUT, ids=[" ".join(a) for a, _ in BAD_INPUT])
 def test_bad_input_is_refused_by_the_flag_checks(procgen, argv, text):
-    said = refusal(procgen, argv)
-    assert said is not None and text in said, said
+    assert_refused(procgen, argv, text)
 
 
 def test_bad_input_exits_2_with_one_line_and_no_run_dir(tmp_path):

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.common import refusal
-from helpers import assert_bad_input, assert_coverage, load_script, reference_gae, run_copy, run_ok
+from helpers import assert_bad_input, assert_coverage, assert_refused, load_script, reference_gae, run_copy, run_ok
 
 SCRIPT = "ppo_rnd"
 TINY = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "384", "--dynamics-every", "2",
@@ -166,8 +165,7 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("argv, flag", BAD_INPUT)
 def test_bad_input_is_refused_by_the_flag_checks(rnd, argv, flag):
-    said = refusal(rnd, argv)
-    assert said is not None and flag in said, said
+    assert_refused(rnd, argv, flag)
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path):

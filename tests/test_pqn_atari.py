@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.common import refusal
-from helpers import assert_bad_input, assert_coverage, load_script, run_copy, run_ok, shared_runs
+from helpers import assert_bad_input, assert_coverage, assert_refused, load_script, run_copy, run_ok, shared_runs
 
 SCRIPT = "pqn_atari"
 TINY = ["--num-envs", "4", "--num-steps", "32", "--total-timesteps", "512", "--dynamics-every", "2",
@@ -123,8 +122,7 @@ BAD_INPUT = [
 
 @pytest.mark.parametrize("argv, flag", BAD_INPUT)
 def test_bad_input_is_refused_by_the_flag_checks(pqn, argv, flag):
-    said = refusal(pqn, argv)
-    assert said is not None and flag in said, said
+    assert_refused(pqn, argv, flag)
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path):

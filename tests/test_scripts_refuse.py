@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchmark.common import SCRIPTS as SCRIPT_DIR
-from benchmark.common import load_script, read_only, refusal
-from helpers import assert_bad_input, run_copy
+from benchmark.common import load_script, read_only
+from helpers import assert_bad_input, assert_refused, run_copy
 
 SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl",
            "noisy_sgd"]
@@ -17,8 +17,7 @@ SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_a_run_name_with_a_slash_is_refused(script):
-    said = refusal(load_script(script), ["--exp-name", "../../escape"])
-    assert said is not None and "--exp-name must be a plain name, without '/'" in said, said
+    assert_refused(load_script(script), ["--exp-name", "../../escape"], "--exp-name must be a plain name, without '/'")
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -60,8 +59,7 @@ def test_an_unwritable_working_directory_is_refused(script, tmp_path):
 def test_a_computed_field_given_as_a_flag_is_refused(script):
     """--num-iterations is listed by --help (CleanRL's Args) but computed from the budget and the batch: setting it would
     be silently overwritten."""
-    said = refusal(load_script(script), ["--num-iterations", "999"])
-    assert said is not None and "--num-iterations is computed from the other flags: do not set it (got 999)" in said, said
+    assert_refused(load_script(script), ["--num-iterations", "999"], "--num-iterations is computed from the other flags: do not set it (got 999)")
 
 
 CHECKPOINTING = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl"]
