@@ -30,7 +30,7 @@ RUNNERS = ROOT / "benchmark" / "runners"
 ATARI = ["--script", "ppo_atari_envpool", "--env-ids", "Breakout-v5", "--seeds", "1", "2", "--fixed-budget", "--total-timesteps", "4096"]
 TINY = ["--num-steps", "16", "--num-minibatches", "2", "--dynamics-every", "4", "--dynamics-batch", "64"]
 CARTPOLE = ["--script", "ppo_ewma_jax", "--env-ids", "CartPole-v1", "--seeds", "1"]
-CARTPOLE_FLAGS = ["--", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2", "--eval-every", "0"]
+CARTPOLE_FLAGS = ["--", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2"]
 LONG = ["--iterations", "300", "--save-every", "10"]  # long enough to be interrupted between two checkpoints
 # a torch script that checkpoints when signalled, at CartPole's batch of 128 (4 envs x 32 steps)
 BREAKOUT = ["--script", "ppo_atari_envpool", "--env-ids", "Breakout-v5", "--seeds", "1"]
