@@ -403,7 +403,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_on_retry(tmp_path):
 def test_ctrl_c_at_the_launcher_stops_its_run_with_a_checkpoint_and_the_next_launch_resumes_it(tmp_path):
     """A terminal's Ctrl-C reaches the launcher and its run (one process group): the run checkpoints and says so, the
     launcher waits for it and exits 130 with the run recorded as preempted, not failed; launched again, it resumes."""
-    argv = [*BREAKOUT, "--iterations", "100", "--save-every", "4", "--out-dir", str(tmp_path), *BREAKOUT_FLAGS]
+    argv = [*BREAKOUT, *BREAKOUT_LONG, "--out-dir", str(tmp_path), *BREAKOUT_FLAGS]
     launcher = subprocess.Popen([sys.executable, str(ROOT / "benchmark" / "launch.py"), *argv], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
     while not list(tmp_path.glob("runs/*/command.json")):
@@ -417,7 +417,7 @@ def test_ctrl_c_at_the_launcher_stops_its_run_with_a_checkpoint_and_the_next_lau
     assert re.search(r"stopped by signal 2 after iteration \d+; resume with --resume", (run_dir / "stdout.log").read_text())
     again = launch_cli(argv, timeout=600)
     assert again.returncode == 0 and again.stdout.strip().splitlines()[-1].startswith("1 done"), again.stdout + again.stderr
-    assert_resumed(run_dir, 100)
+    assert_resumed(run_dir, int(BREAKOUT_LONG[1]))
 
 
 @pytest.mark.parametrize("script, long, flags", [(CARTPOLE, LONG, CARTPOLE_FLAGS), (BREAKOUT, BREAKOUT_LONG, BREAKOUT_FLAGS)],

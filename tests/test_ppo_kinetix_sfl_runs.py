@@ -101,11 +101,12 @@ def test_resume_refuses_another_network_or_a_finished_run(tiny_run, tmp_path, ar
     assert_bad_input(result, tmp_path, text)
 
 
-@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 75), (signal.SIGINT, 130)])
-def test_a_signal_stops_after_the_running_update_with_a_checkpoint(tiny_run, tmp_path, signum, status):
-    """A launcher's SIGTERM (exit 75: requeue) or a first Ctrl-C (130) once the run trains (its first checkpoint
-    written; the programs are the tiny run's, from JAX's cache): a checkpoint of the update it stopped after, one line
-    naming it. (SIGUSR1 takes SIGTERM's path: tests/test_ppo_ewma_jax.py checks both scripts' handler.)"""
+def test_ctrl_c_stops_after_the_running_update_with_a_checkpoint(tiny_run, tmp_path):
+    """A first Ctrl-C (exit 130) once the run trains (its first checkpoint written; the programs are the tiny run's,
+    from JAX's cache): a checkpoint of the update it stopped after, one line naming it. A launcher's SIGTERM (exit 75:
+    requeue) takes the same path: the two-process test below sends it; SIGUSR1 takes SIGTERM's path
+    (tests/test_ppo_ewma_jax.py checks both scripts' handler)."""
+    signum, status = signal.SIGINT, 130
     process = start_copy(SCRIPT, TINY[:-1] + [str(128 * 1000), "--save-every", "1"], tmp_path)
     wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_1.npz", timeout=1800)
     process.send_signal(signum)

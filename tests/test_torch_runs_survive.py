@@ -39,6 +39,10 @@ COMPILED = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool"]
 # eager unfused Adam do (1.1e-6, measured); every other tag 1e-6
 ATOL = {"dynamics/dormant_pct": 0.5, "dynamics/dormant_pct_critic": 0.5, "dynamics/feature_rank": 2,
         "dynamics/feature_rank_critic": 2, "losses/policy_loss": 1e-5}
+# rtol (beside 1e-4) of the whole gradient's norm: at the second iteration it is taken at parameters already apart as
+# above, and a norm sums every entry's difference: pqn_atari's was 20.5609 eager, 20.5585 compiled (1.2e-4; CI, an
+# Intel Xeon), its first iteration's 3.4e-6 apart
+RTOL = {"losses/grad_norm": 1e-3}
 NETWORKS = {"ppo_atari_envpool": ["agent"], "pqn_atari": ["q_network"], "ppo_rnd": ["agent", "rnd_model"],
             "ppo_procgen_envpool": ["agent"]}  # the networks' keys in a checkpoint
 TIMINGS = ("charts/SPS", "charts/first_iteration_seconds")  # wall times: never the same twice
@@ -123,7 +127,7 @@ def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
 @pytest.mark.parametrize("script", COMPILED)
 def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script, tmp_path):
     """--compile (torch.compile, as LeanRL): over 2 iterations of one epoch the compiled run logs what the eager run
-    logs (rtol 1e-4, atol ATOL's or 1e-6) and ends within 5% of one iteration's update of the eager
+    logs (rtol RTOL's or 1e-4, atol ATOL's or 1e-6) and ends within 5% of one iteration's update of the eager
     run's parameters (each network's whole norm); resumed from its iteration-2 checkpoint, compiled again, it
     continues exactly. TorchInductor compiled every function the script hands it: its cache (this test's own) holds
     a graph for each, and the eager run wrote none."""
@@ -141,7 +145,8 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
     # charts/ddr = batch / losses/approx_kl: a KL near 0 (1e-5 to 1e-12 here) makes it ill-conditioned, and the KL
     # itself, that small, is within atol 1e-6 whatever it is: neither says much at 2 iterations
     apart = [tag for tag in sorted(set(eager) - set(TIMINGS) - {"charts/ddr"})
-             if not np.allclose(compiled[tag][:2], eager[tag][:2], rtol=1e-4, atol=ATOL.get(tag, 1e-6), equal_nan=True)]
+             if not np.allclose(compiled[tag][:2], eager[tag][:2], rtol=RTOL.get(tag, 1e-4), atol=ATOL.get(tag, 1e-6),
+                         equal_nan=True)]
     assert not apart, {tag: (eager[tag][:2], compiled[tag][:2]) for tag in apart}
     runs = {name: run_dirs(tmp_path / name)[0] for name in ("eager", "compiled")}
     saved = {(name, i): torch.load(run / "checkpoints" / f"iter_{i}.pt", weights_only=False)
@@ -151,13 +156,14 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
             return torch.cat([p.flatten() for p in saved[name, i][network].values()])
         step = (flat("eager", 2) - flat("eager", 1)).norm()  # what iteration 2 changed
         assert (flat("compiled", 2) - flat("eager", 2)).norm() <= 0.05 * step, network
+    # the resumed runs read the compiled run's kernels from its cache (what a rerun on one machine does)
     resumed, _ = run_tiny(script, flags + ["--compile", "--resume", runs["compiled"] / "checkpoints" / "iter_2.pt"],
-                        tmp_path / "resumed")
+                        tmp_path / "resumed", env)
     assert "resuming" in resumed.stdout
     assert logged(run_dirs(tmp_path / "resumed")[0]) == logged(runs["compiled"], after=256)  # iteration 3, every tag
     # and an eager run's checkpoint resumes compiled (the learning rate becomes a tensor, the optimiser's state is kept)
     crossed, logs = run_tiny(script, flags + ["--compile", "--resume", runs["eager"] / "checkpoints" / "iter_2.pt"],
-                           tmp_path / "crossed")
+                           tmp_path / "crossed", env)
     assert "resuming" in crossed.stdout and len(logs["charts/learning_rate"]) == 1
     assert logs["charts/learning_rate"][0] == pytest.approx(eager["charts/learning_rate"][2], rel=1e-6)
     # each steps with its own kernels whatever the checkpoint says: eager fused (Adam), compiled the compiled step

@@ -24,46 +24,35 @@ def harness(*args, cwd):
                           capture_output=True, text=True)
 
 
-def test_pairs_alternate_and_the_ratio_is_the_median_of_pairs(tmp_path):
-    out = tmp_path / "result.json"
-    result = harness("--reference", STAND_IN, "--bench", "ppo_atari", *TINY, "--pairs", "3", "--json", out,
-                     cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(out.read_text())
-    pairs = report["pairs"]
-    assert len(pairs) == 3 and [p["first"] for p in pairs] == ["reference", "project", "reference"]
-    for pair in pairs:
-        assert pair["reference_s"] > 0 and pair["project_s"] > 0
-        assert pair["ratio"] == pytest.approx(pair["reference_s"] / pair["project_s"])
-    ratios = sorted(p["ratio"] for p in pairs)
-    assert report["median_ratio"] == pytest.approx(ratios[1])
-    # the printed lines: a line per pair, in order, then the median with the machine
-    lines = result.stdout.splitlines()
-    assert [line.split(":")[0] for line in lines if line.startswith("pair ")] == ["pair 1", "pair 2", "pair 3"]
-    assert f"x{report['median_ratio']:.3f}" in lines[-1] and "cores" in lines[-1] and report["machine"] in lines[-1]
-    # both sides train the same configuration: the shared flags are the same
-    shared = report["reference"][1:]
-    assert report["project"][1:len(shared) + 1] == shared and report["project"][0] == "ppo_atari_envpool.py"
-    assert not (tmp_path / "runs").exists()  # every run happened in a temporary directory, removed after
-
-
-def test_against_and_a_variant_add_sides_to_every_pair(tmp_path):
-    """--against HEAD: the project's script at a revision; --variant: the project's script with flags added."""
+def test_pairs_alternate_each_side_first_in_turn_and_ratios_are_medians_of_pairs(tmp_path):
+    """Four sides: the reference, the project, --against HEAD (the project's script at a revision) and --variant (the
+    project's script with flags added); each goes first in turn, every ratio is per pair and reported as the median."""
     out = tmp_path / "result.json"
     result = harness("--reference", STAND_IN, "--bench", "ppo_atari", *TINY, "--pairs", "4", "--against", "HEAD",
                      "--variant=--kl-sample 16", "--json", out, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     pairs = report["pairs"]
-    assert [p["first"] for p in pairs] == ["reference", "project", "against", "variant"]  # each goes first in turn
+    assert [p["first"] for p in pairs] == ["reference", "project", "against", "variant"]
     for pair in pairs:
+        assert pair["reference_s"] > 0 and pair["project_s"] > 0
+        assert pair["ratio"] == pytest.approx(pair["reference_s"] / pair["project_s"])
         assert pair["against_s"] > 0 and pair["against_ratio"] == pytest.approx(pair["against_s"] / pair["project_s"])
         assert pair["variant_ratio"] == pytest.approx(pair["reference_s"] / pair["variant_s"])
         assert pair["variant_vs_project"] == pytest.approx(pair["project_s"] / pair["variant_s"])
+    assert report["median_ratio"] == pytest.approx(statistics.median(p["ratio"] for p in pairs))
     assert report["median_against_ratio"] == pytest.approx(statistics.median(p["against_ratio"] for p in pairs))
     assert report["median_variant_vs_project"] == pytest.approx(statistics.median(p["variant_vs_project"] for p in pairs))
+    # the printed lines: a line per pair, in order, the commands, then the medians with the machine
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines if line.startswith("pair ")] == ["pair 1", "pair 2", "pair 3", "pair 4"]
     assert "variant:   python ppo_atari_envpool.py" in result.stdout and "--kl-sample 16" in result.stdout
-    assert f"x{report['median_variant_vs_project']:.3f}" in result.stdout.splitlines()[-1]
+    assert f"x{report['median_variant_vs_project']:.3f}" in lines[-1]
+    assert any(f"x{report['median_ratio']:.3f}" in line and "cores" in line and report["machine"] in line for line in lines)
+    # both sides train the same configuration: the shared flags are the same
+    shared = report["reference"][1:]
+    assert report["project"][1:len(shared) + 1] == shared and report["project"][0] == "ppo_atari_envpool.py"
+    assert not (tmp_path / "runs").exists()  # every run happened in a temporary directory, removed after
 
 
 def test_edits_make_the_stand_in_run_and_an_unedited_copy_fails(tmp_path):
