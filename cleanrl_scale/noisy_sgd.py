@@ -27,21 +27,6 @@ from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer import event_file_writer
 
 
-class SummaryWriter:
-    """The scalar events torch.utils.tensorboard.SummaryWriter writes, through the tensorboard package's own
-    EventFileWriter (no torch import for them)."""
-
-    def __init__(self, logdir):
-        self.file = event_file_writer.EventFileWriter(logdir)
-
-    def add_scalar(self, tag, value, step):
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
-        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
-
-    def close(self):
-        self.file.close()
-
-
 @dataclass
 class Args:
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
@@ -64,6 +49,70 @@ class Args:
     """from this step on every run uses --switch-step-size (0 = no switch; Fig. 3b)"""
     switch_step_size: float = 0.0
     """the step size after --switch-step"""
+
+
+def plateau_distance(eta, noise_std, dim):
+    """sqrt(E||x||^2) of the stationary iterate at step size eta: x' = (1 - 2 eta) x - eta * noise."""
+    return np.sqrt(dim * eta * noise_std**2 / (4.0 * (1.0 - eta)))
+
+
+def run(args):
+    """Curves of shape (step sizes, seeds, steps + 1): -||x_t - x*|| and ||x_{t+1} - x_t|| (0 at the last t)."""
+    rng = np.random.default_rng(args.seed)
+    etas = np.asarray(args.step_sizes)[:, None, None]
+    x = np.full((len(args.step_sizes), args.num_seeds, args.dim), args.init)
+    neg_distance = np.zeros((len(args.step_sizes), args.num_seeds, args.num_steps + 1))
+    update_norm = np.zeros_like(neg_distance)
+    neg_distance[..., 0] = -np.linalg.norm(x, axis=-1)
+    for t in range(args.num_steps):
+        eta = args.switch_step_size if args.switch_step and t >= args.switch_step else etas
+        grad = 2.0 * x + args.noise_std * rng.standard_normal(x.shape)  # grad of x^T x, plus noise
+        update = -eta * grad
+        x = x + update
+        update_norm[..., t] = np.linalg.norm(update, axis=-1)
+        neg_distance[..., t + 1] = -np.linalg.norm(x, axis=-1)
+    return neg_distance, update_norm
+
+
+def main(args):
+    run_name = f"{args.exp_name}__{args.seed}__{int(time.time())}"
+    neg_distance, update_norm = run(args)
+    os.makedirs(f"runs/{run_name}", exist_ok=True)
+    with open(f"runs/{run_name}/curves.csv", "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["step_size", "seed", "step", "neg_distance", "update_norm"])
+        for i, eta in enumerate(args.step_sizes):
+            for s in range(args.num_seeds):
+                for t in range(args.num_steps + 1):
+                    out.writerow([eta, args.seed + s, t, neg_distance[i, s, t], update_norm[i, s, t]])
+    for i, eta in enumerate(args.step_sizes):
+        label = f"eta_{eta:g}" + (f"_to_{args.switch_step_size:g}" if args.switch_step else "")
+        writer = SummaryWriter(f"runs/{run_name}/{label}")
+        for t in range(args.num_steps + 1):
+            writer.add_scalar("charts/neg_distance", neg_distance[i, :, t].mean(), t)
+            writer.add_scalar("charts/update_norm", update_norm[i, :, t].mean(), t)
+        writer.close()
+        tail = neg_distance[i, :, -max(1, args.num_steps // 5):].mean()
+        final_eta = args.switch_step_size if args.switch_step else eta
+        print(f"{label}: final -||x - x*|| {neg_distance[i, :, -1].mean():.4f}, mean over the last 20% {tail:.4f} "
+              f"(plateau at eta {final_eta:g}: {-plateau_distance(final_eta, args.noise_std, args.dim):.4f})")
+    print(f"curves written to runs/{run_name}/curves.csv")
+
+
+# ==== Plumbing: logging, flag checks ====
+class SummaryWriter:
+    """The scalar events torch.utils.tensorboard.SummaryWriter writes, through the tensorboard package's own
+    EventFileWriter (no torch import for them)."""
+
+    def __init__(self, logdir):
+        self.file = event_file_writer.EventFileWriter(logdir)
+
+    def add_scalar(self, tag, value, step):
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def close(self):
+        self.file.close()
 
 
 class BadFlag(ValueError):
@@ -120,54 +169,6 @@ def resolve_args(args):
     if args.switch_step_size and not args.switch_step:
         raise BadFlag("--switch-step-size applies only with --switch-step (the step from which it is used)")
     return args
-
-
-def plateau_distance(eta, noise_std, dim):
-    """sqrt(E||x||^2) of the stationary iterate at step size eta: x' = (1 - 2 eta) x - eta * noise."""
-    return np.sqrt(dim * eta * noise_std**2 / (4.0 * (1.0 - eta)))
-
-
-def run(args):
-    """Curves of shape (step sizes, seeds, steps + 1): -||x_t - x*|| and ||x_{t+1} - x_t|| (0 at the last t)."""
-    rng = np.random.default_rng(args.seed)
-    etas = np.asarray(args.step_sizes)[:, None, None]
-    x = np.full((len(args.step_sizes), args.num_seeds, args.dim), args.init)
-    neg_distance = np.zeros((len(args.step_sizes), args.num_seeds, args.num_steps + 1))
-    update_norm = np.zeros_like(neg_distance)
-    neg_distance[..., 0] = -np.linalg.norm(x, axis=-1)
-    for t in range(args.num_steps):
-        eta = args.switch_step_size if args.switch_step and t >= args.switch_step else etas
-        grad = 2.0 * x + args.noise_std * rng.standard_normal(x.shape)  # grad of x^T x, plus noise
-        update = -eta * grad
-        x = x + update
-        update_norm[..., t] = np.linalg.norm(update, axis=-1)
-        neg_distance[..., t + 1] = -np.linalg.norm(x, axis=-1)
-    return neg_distance, update_norm
-
-
-def main(args):
-    run_name = f"{args.exp_name}__{args.seed}__{int(time.time())}"
-    neg_distance, update_norm = run(args)
-    os.makedirs(f"runs/{run_name}", exist_ok=True)
-    with open(f"runs/{run_name}/curves.csv", "w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(["step_size", "seed", "step", "neg_distance", "update_norm"])
-        for i, eta in enumerate(args.step_sizes):
-            for s in range(args.num_seeds):
-                for t in range(args.num_steps + 1):
-                    out.writerow([eta, args.seed + s, t, neg_distance[i, s, t], update_norm[i, s, t]])
-    for i, eta in enumerate(args.step_sizes):
-        label = f"eta_{eta:g}" + (f"_to_{args.switch_step_size:g}" if args.switch_step else "")
-        writer = SummaryWriter(f"runs/{run_name}/{label}")
-        for t in range(args.num_steps + 1):
-            writer.add_scalar("charts/neg_distance", neg_distance[i, :, t].mean(), t)
-            writer.add_scalar("charts/update_norm", update_norm[i, :, t].mean(), t)
-        writer.close()
-        tail = neg_distance[i, :, -max(1, args.num_steps // 5):].mean()
-        final_eta = args.switch_step_size if args.switch_step else eta
-        print(f"{label}: final -||x - x*|| {neg_distance[i, :, -1].mean():.4f}, mean over the last 20% {tail:.4f} "
-              f"(plateau at eta {final_eta:g}: {-plateau_distance(final_eta, args.noise_std, args.dim):.4f})")
-    print(f"curves written to runs/{run_name}/curves.csv")
 
 
 if __name__ == "__main__":

@@ -315,8 +315,11 @@ def ppo_loss(agent, args, obs, actions, logprobs, advantages, returns, values):
         # approx_kl: http://joschu.net/blog/kl-approx.html
         approx_kl = ((ratio - 1) - logratio).mean()
         clipfrac = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
-        stats = torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac])
+        stats = torch.stack([pg_loss, v_loss, entropy_loss, approx_kl, clipfrac])  # STATS, in one tensor
     return loss, stats
+
+
+STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clipfrac")  # what ppo_loss's stats hold, in order
 
 
 # Learning-dynamics metrics, data-collection paper App. B (B.1-B.6)
@@ -598,10 +601,11 @@ def main(args):
                     # B.4 on the raw gradient of the iteration's first minibatch, before clipping rescales it
                     kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
                 grad_norm_sum += optimizer_step()
-                clipfrac_sum += mb_stats[4]
+                clipfrac_sum += mb_stats[STATS.index("clipfrac")]
                 minibatch_steps += 1
 
-            if args.target_kl is not None and mb_stats[3].item() > args.target_kl:  # one read per epoch, only with --target-kl
+            # one read per epoch, only with --target-kl
+            if args.target_kl is not None and mb_stats[STATS.index("approx_kl")].item() > args.target_kl:
                 break
 
         # KL(behaviour || updated policy) after the last epoch, exact for a categorical, on the whole batch or a
@@ -622,23 +626,21 @@ def main(args):
                       & torch.isfinite(mb_stats).all() & torch.isfinite(kl_sum))
             read = torch.cat([mb_stats, torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
                               grad_norm_sum / minibatch_steps, explained_var, finite.float()])]).tolist()  # the one sync
-        pg_loss, v_loss, entropy_loss, approx_kl, _, kl, clipfrac, grad_norm, explained_var, finite = read
-        if not finite:
+        # the last minibatch's losses (as CleanRL logs them) and KL, then the iteration's KL on the batch, its mean clip
+        # fraction and gradient norm
+        logged = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl_last_minibatch", "clipfrac_last_minibatch",
+                           "approx_kl", "clipfrac", "grad_norm", "explained_variance", "finite"), read))
+        if not logged.pop("finite"):
             progress.close()
             print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
                   f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
             sys.exit(1)
 
         writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
-        writer.add_scalar("losses/value_loss", v_loss, global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss, global_step)
-        writer.add_scalar("losses/entropy", entropy_loss, global_step)
-        writer.add_scalar("losses/approx_kl", kl, global_step)
-        writer.add_scalar("losses/approx_kl_last_minibatch", approx_kl, global_step)
-        writer.add_scalar("losses/clipfrac", clipfrac, global_step)
-        writer.add_scalar("losses/grad_norm", grad_norm, global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/ddr", args.batch_size / max(kl, 1e-12), global_step)
+        del logged["clipfrac_last_minibatch"]  # the iteration's mean is logged
+        for name, value in logged.items():
+            writer.add_scalar(f"losses/{name}", value, global_step)
+        writer.add_scalar("charts/ddr", args.batch_size / max(logged["approx_kl"], 1e-12), global_step)
         if measure:
             sample = torch.randperm(args.batch_size, device=device)[: args.dynamics_batch]
             metrics = dynamics_metrics(agent, b_obs[sample], b_actions[sample], b_logprobs[sample], args.dormant_tau)

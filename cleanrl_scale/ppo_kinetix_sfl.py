@@ -58,14 +58,8 @@ TRANSFORMER = dict(transformer_depth=2, num_heads=8, transformer_encoder_size=12
                    aggregate_mode="dummy_and_mean", full_attention_mask=False, transformer_ffn=False,
                    multilayer_joint_thruster_mixing=False, joint_thruster_block_num_layers=2,
                    joint_thruster_block_hidden_dim_multiplication=4)
-# flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
-STRUCTURAL_FLAGS = ("env_size", "model", "hidden_size", "num_layers", "sfl_buffer_size")
 RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 ENV_SIZES = ("s", "m", "l")
-# bytes of one observation by --env-size and --model (symbolic flat for the MLP, entities for the transformer), as
-# Kinetix 3.0.2 builds them (a test compares them with make_env's): the batch's memory is checked before any compute
-OBS_BYTES = {("s", "mlp"): 560, ("s", "transformer"): 1126, ("m", "mlp"): 988, ("m", "transformer"): 1671,
-             ("l", "mlp"): 2716, ("l", "transformer"): 3878}
 # Table 3: N_envs, filtering batch N, update period T, buffer size K (L = 512 and rho = 0.5 throughout)
 SFL_PRESETS = {
     "2048": dict(num_envs=2048, sfl_num_candidates=12288, sfl_update_period=128, sfl_buffer_size=1024),
@@ -213,32 +207,6 @@ class Args:
     """the number of PPO updates (computed in runtime: setting it is refused)"""
 
 
-class SummaryWriter:
-    """The event files torch.utils.tensorboard.SummaryWriter writes (scalars as simple values, text for the text
-    plugin), through the tensorboard package's own EventFileWriter, so that no run imports torch only for them."""
-
-    def __init__(self, logdir):
-        self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
-
-    def add_scalar(self, tag, value, step):
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
-        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
-
-    def add_text(self, tag, text):
-        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
-        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
-                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
-        summary = Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
-        self.file.add_event(Event(wall_time=time.time(), step=0, summary=summary))
-
-    def close(self):
-        self.file.close()
-
-
-class BadFlag(ValueError):
-    """A flag value that breaks a rule; reported as one line, exit status 2."""
-
-
 def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
     """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
 
@@ -281,171 +249,196 @@ def resolve_preset(args):
     return args
 
 
-def read_checkpoint(path):
-    """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
-    with np.load(path, allow_pickle=False) as data:
-        meta = json.loads(str(data["meta"]))
-        leaves = [data[f"leaf_{i}"] for i in range(meta["num_leaves"])]
-    return meta, leaves
+# ---------------------------------------------------------------------------------------------
+# Kinetix
+# ---------------------------------------------------------------------------------------------
+class Env(NamedTuple):
+    sample_levels: callable  # (rng, n) -> n random levels (Kinetix's filtered sampler, or plain draws)
+    reset: callable  # (key, level) -> obs, state
+    step: callable  # (key, state, action, level) -> obs, state, reward, done, solved; resets onto `level`
+    example_obs: object  # shapes and dtypes of one observation (an array, or Kinetix's EntityObservation)
+    action_dims: tuple
+    max_episode_steps: int
+    handmade: callable  # () -> (names, levels) of the hand-designed levels Kinetix ships for this size (slow: called at the first evaluation)
 
 
-def check_distributed(args):
-    """The --distributed flags alone (before jax.distributed.initialize, which must come before any device use)."""
-    given = [f for f in ("coordinator_address", "num_processes", "process_id") if getattr(args, f) is not None]
-    if given and not args.distributed:
-        raise BadFlag(f"--{given[0].replace('_', '-')} only applies with --distributed")
-    if args.num_processes is not None and args.num_processes <= 0:
-        raise BadFlag(f"--num-processes must be positive (got {args.num_processes})")
-    if args.process_id is not None and not 0 <= args.process_id < (args.num_processes or float("inf")):
-        raise BadFlag(f"--process-id must lie in [0, --num-processes) (got {args.process_id})")
+def make_env(args):
+    from kinetix.environment.env import make_kinetix_env
+    from kinetix.environment.env_state import EnvParams
+    from kinetix.environment.spaces import ActionType, ObservationType
+    from kinetix.environment.ued.ued import UEDParams, create_vmapped_filtered_distribution, make_reset_fn_sample_kinetix_level
+    from kinetix.environment.utils import create_empty_env, static_env_params_from_size
+    from kinetix.util.saving import load_evaluation_levels
+
+    static_params = static_env_params_from_size(args.env_size)
+    env_params = EnvParams(dense_reward_scale=args.dense_reward_scale)
+    obs_type = ObservationType.SYMBOLIC_ENTITY if args.model == "transformer" else ObservationType.SYMBOLIC_FLAT
+    env = make_kinetix_env(ActionType.MULTI_DISCRETE, obs_type, None, env_params, static_params)
+    sample_level = make_reset_fn_sample_kinetix_level(env_params, static_params, physics_engine=env.physics_engine)
+
+    def sample_levels(key, n):
+        """n random levels from one key. With --filter-levels, Kinetix's own filter (`filter_levels: true`,
+        `level_filter_sample_ratio: 2`, `level_filter_n_steps: 64` of configs/learning/ppo-base.yaml): 2n
+        candidates, 64 no-op steps, n drawn without replacement with weight 0.001 for levels a no-op solves."""
+        if args.filter_levels:
+            return create_vmapped_filtered_distribution(key, sample_level, env_params, static_params, UEDParams(), n, env,
+                                                        True, 2, args.env_size, 64)[0]
+        return jax.vmap(sample_level)(jax.random.split(key, n))
+
+    def reset(key, level):
+        return env.reset(key, env_params, level)
+
+    def step(key, state, action, level):
+        obs, state, reward, done, info = env.step(key, state, action, env_params, level)
+        return obs, state, reward, done, info["GoalR"] & done
+
+    def handmade():  # Kinetix parses a level's JSON one small array at a time: tens of seconds for size s's 10 on a CPU
+        import kinetix
+
+        folder = os.path.join(os.path.dirname(kinetix.__file__), "levels", args.env_size)
+        names = sorted(f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json"))
+        levels, _ = load_evaluation_levels([f"{args.env_size}/{n}.json" for n in names], static_env_params_override=static_params)
+        return tuple(names), levels
+
+    dims = tuple(int(n) for n in np.asarray(env.action_space(env_params).number_of_dims_per_distribution))
+    # the observation's shape from the empty level every sampled level starts from (tested: a sampled level's, both
+    # observation types): tracing the sampler here took 10-16 s on a CPU, and the update's trace traced it again
+    example_obs = jax.eval_shape(lambda key: reset(key, create_empty_env(static_params))[0], jax.random.PRNGKey(0))
+    return Env(sample_levels, reset, step, example_obs, dims, int(env_params.max_timesteps), handmade)
 
 
-def check_runs_directory():
-    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
-    if os.path.lexists("runs") and not os.path.isdir("runs"):
-        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
-    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
-        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+# ---------------------------------------------------------------------------------------------
+# Networks and the multi-categorical policy (one categorical per motor / thruster)
+# ---------------------------------------------------------------------------------------------
+class MLP(nn.Module):
+    hidden_size: int
+    num_layers: int
+    out: int
+    out_scale: float
+
+    @nn.compact
+    def __call__(self, x):
+        for _ in range(self.num_layers):
+            x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
+        return nn.Dense(self.out, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0))(x)
 
 
-def resolve_args(args, num_devices=None):
-    """Check every flag and fill the values computed at run time; raises BadFlag before any compute. `num_devices`: the
-    devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize: checked as
-    one device, where every divisibility rule that passes at some count passes, and without the per-device size rules,
-    which one device would break first)."""
-    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
-        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
-    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
-        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
-    for flag in ("num_devices", "batch_size", "num_iterations"):  # filled in below from the other flags
-        if getattr(args, flag):
-            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
-    if not 0 <= args.seed < 2**31:  # the seed is an int32 inside the programs, as in ppo_ewma_jax.py and the torch scripts
-        raise BadFlag(f"--seed must lie in [0, 2**31) (got {args.seed})")
-    resolve_preset(args)
-    args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
-    for field in fields(args):  # inf and nan break every rule below without failing a comparison
-        value = getattr(args, field.name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers", "num_eval_levels",
-                 "eval_num_attempts", "sfl_num_candidates", "sfl_update_period", "sfl_buffer_size",
-                 "sfl_rollout_length"):
-        if getattr(args, flag) <= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    check_distributed(args)
-    for flag in ("num_envs", "sfl_num_candidates"):  # global env and level ids are int32 in the programs
-        if getattr(args, flag) >= 2**31:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be below 2^31 (got {getattr(args, flag)})")
-    if args.model not in MODELS:
-        raise BadFlag(f"--model must be one of {', '.join(MODELS)} (got {args.model!r})")
-    if args.env_size not in ENV_SIZES:
-        raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
-    local_batch = args.num_envs * args.num_steps // args.num_devices
-    if num_devices != 0 and local_batch >= 2**31:
-        raise BadFlag(f"--num-envs x --num-steps per device must be below 2^31 (the programs index a device's batch with "
-                      f"int32; got {local_batch})")
-    storage = local_batch * (OBS_BYTES[args.env_size, args.model] + 64)  # and a transition's numbers, under 64 bytes
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if num_devices != 0 and storage > memory:
-        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: a device's batch alone takes "
-                      f"{storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
-    for flag in ("minibatch_size", "eval_every", "save_every", "keep_checkpoints", "dense_reward_scale", "ent_coef", "vf_coef"):
-        if not getattr(args, flag) >= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "max_grad_norm"):
-        if not getattr(args, flag) > 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
-        raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
-    if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
-        raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
-    if args.imp_samp_max is None:
-        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
-    if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
-        raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
-    if args.ewma_com is not None and not args.ewma_com >= 0:
-        raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
-    for flag in ("gamma", "gae_lambda", "sfl_sample_ratio"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
-    if args.sfl_buffer_size > args.sfl_num_candidates:
-        raise BadFlag(f"--sfl-buffer-size {args.sfl_buffer_size} must not exceed --sfl-num-candidates {args.sfl_num_candidates}")
-    for flag in ("num_envs", "sfl_num_candidates"):
-        if getattr(args, flag) % args.num_devices:
-            raise BadFlag(f"--{flag.replace('_', '-')} {getattr(args, flag)} must be divisible by the {args.num_devices} devices")
-    if args.sfl_num_candidates % args.num_envs:
-        raise BadFlag(f"--sfl-num-candidates {args.sfl_num_candidates} must be a multiple of --num-envs {args.num_envs} (rolled out num-envs at a time)")
-    fresh, _ = buffer_positions(args.num_envs, args.num_devices, args.sfl_sample_ratio)  # raises on an uneven split
-    local_envs = args.num_envs // args.num_devices
-    if args.level_filter_pool is None:  # Kinetix's 512 where it divides both, else the largest pool that does
-        common = math.gcd(fresh.shape[1], local_envs)
-        args.level_filter_pool = max(d for d in range(1, min(512, common) + 1) if common % d == 0)
-    if args.level_filter_pool <= 0:
-        raise BadFlag(f"--level-filter-pool must be positive (got {args.level_filter_pool})")
-    if args.filter_levels and (fresh.shape[1] % args.level_filter_pool or local_envs % args.level_filter_pool):
-        raise BadFlag(
-            f"--level-filter-pool {args.level_filter_pool} must divide each device's {fresh.shape[1]} fresh levels and "
-            f"{local_envs} envs (random levels are filtered in pools); lower it, or --no-filter-levels"
+class ActorCriticMLP(nn.Module):
+    """Separate actor and critic MLPs on the flat symbolic observation: (flat logits, value)."""
+
+    action_dims: tuple
+    hidden_size: int
+    num_layers: int
+
+    @nn.compact
+    def __call__(self, obs):
+        logits = MLP(self.hidden_size, self.num_layers, sum(self.action_dims), 0.01)(obs)
+        return logits, MLP(self.hidden_size, self.num_layers, 1, 1.0)(obs)[..., 0]
+
+
+class ActorCriticTransformer(nn.Module):
+    """Kinetix's permutation-invariant transformer over the scene's entities (non-recurrent), whose
+    pooled embedding feeds the actor's and the critic's tanh layers: (flat logits, value)."""
+
+    action_dims: tuple
+    hidden_size: int
+    num_layers: int
+
+    @nn.compact
+    def __call__(self, obs):
+        from kinetix.environment.spaces import ActionType
+        from kinetix.models.transformer_model import ActorCriticTransformer as KinetixTransformer
+
+        net = KinetixTransformer(
+            action_dim=sum(self.action_dims), actor_width=self.hidden_size, critic_width=self.hidden_size,
+            actor_depth=self.num_layers, critic_depth=self.num_layers, action_mode=ActionType.MULTI_DISCRETE,
+            hybrid_action_continuous_dim=0, multi_discrete_number_of_dims_per_distribution=list(self.action_dims),
+            activation="tanh", recurrent=False, **TRANSFORMER,
         )
-    args.batch_size = args.num_envs * args.num_steps
-    if args.scaling_recipe != "none":
-        if args.num_minibatches is not None or args.minibatch_size:
-            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
-        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
-            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
-            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
-        )
-    elif args.minibatch_size:
-        if args.batch_size % args.minibatch_size:
-            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
-        derived = args.batch_size // args.minibatch_size
-        if args.num_minibatches is not None and args.num_minibatches != derived:
-            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
-        args.num_minibatches = derived
+        timestep = jax.tree.map(lambda x: x[None], obs)  # Kinetix's models take (time, batch, ...)
+        dones = jnp.zeros((1, jax.tree.leaves(obs)[0].shape[0]))
+        _, pi, value = net(None, (timestep, dones))
+        return jnp.concatenate([d.logits for d in pi.distributions], axis=-1)[0], value[0]
+
+
+def action_layout(action_dims):
+    """(D, K) position in the flat logits of every category of the D action dimensions, and which exist."""
+    offsets = np.cumsum([0, *action_dims[:-1]])
+    exists = np.arange(max(action_dims))[None, :] < np.asarray(action_dims)[:, None]
+    return jnp.asarray(np.where(exists, offsets[:, None] + np.arange(max(action_dims))[None, :], 0)), jnp.asarray(exists)
+
+
+def log_policy(flat_logits, layout):
+    """Per-dimension log-probabilities (..., D, K) from the flat logits; missing categories get probability 0."""
+    index, exists = layout
+    return jax.nn.log_softmax(jnp.where(exists, flat_logits[..., index], -1e9), axis=-1)
+
+
+def log_prob(logp, action):
+    return jnp.take_along_axis(logp, action[..., None], axis=-1)[..., 0].sum(-1)
+
+
+def entropy(logp):
+    return -(jnp.exp(logp) * logp).sum((-2, -1))
+
+
+def kl_divergence(logp_p, logp_q):
+    """Exact KL(p || q) of two multi-categorical policies."""
+    return (jnp.exp(logp_p) * (logp_p - logp_q)).sum((-2, -1))
+
+
+# ---------------------------------------------------------------------------------------------
+# PPO-EWMA (stagnation §2.2, eq. 4; App. E), as openai/ppo-ewma does it (see ppo_ewma_jax.py)
+# ---------------------------------------------------------------------------------------------
+def ewma_beta(com):
+    """Decay of an EWMA whose centre of mass is `com` steps: COM = 1 / (1 - beta) - 1."""
+    return com / (com + 1.0)
+
+
+def ewma_update(prox_params, params, beta, total_weight, bias_correction=True):
+    """One EWMA step after a minibatch step: (theta_prox, total weight); openai's `EwmaModel.update`
+    counts the initial copy as one sample: w' = beta w + 1, theta_prox <- (beta w / w') theta_prox + theta / w'."""
+    if not bias_correction:
+        return jax.tree.map(lambda p, q: beta * p + (1.0 - beta) * q, prox_params, params), total_weight
+    new_total = beta * total_weight + 1.0
+    decayed = beta * total_weight / new_total
+    return jax.tree.map(lambda p, q: decayed * p + q / new_total, prox_params, params), new_total
+
+
+def decoupled_policy_loss(newlogprob, prox_logprob, behav_logprob, advantages, clip_coef, imp_samp_max):
+    """openai/ppo-ewma's `compute_losses` (ppo_ewma/ppo.py): the clipped objective relative to the proximal
+    policy, with log pi_behav replaced by max(log pi_behav, stop_gradient(log pi) - log imp_samp_max) in both
+    terms (the ratio pi / pi_behav bounded by imp_samp_max; 0 = no bound). With prox = behav: PPO's loss.
+    Returns (loss, clip fraction, share of samples where the bound is active)."""
+    logratio = newlogprob - prox_logprob
+    logp_adj = behav_logprob
+    if imp_samp_max > 0:
+        logp_adj = jnp.maximum(behav_logprob, jax.lax.stop_gradient(newlogprob) - math.log(imp_samp_max))
+    pg_losses = -advantages * jnp.exp(newlogprob - logp_adj)
+    low, high = jnp.log(1.0 - clip_coef), jnp.log(1.0 + clip_coef)  # clip_coef may be traced
+    clipped_logratio = jnp.clip(logratio, low, high)
+    pg_losses2 = -advantages * jnp.exp(clipped_logratio + prox_logprob - logp_adj)
+    loss = jnp.maximum(pg_losses, pg_losses2).mean()
+    clipfrac = ((logratio < low) | (logratio > high)).mean()
+    if imp_samp_max > 0:
+        imp_samp_clipfrac = (newlogprob - behav_logprob > math.log(imp_samp_max)).mean()
     else:
-        args.num_minibatches = 32 if args.num_minibatches is None else args.num_minibatches
-        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
-            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
-        args.minibatch_size = args.batch_size // args.num_minibatches
-    # minibatches are built per env (see minibatch_ids): M | T, or T | M with M / T dividing each device's envs
-    # (envs are dealt into the M / T groups within blocks of M / T consecutive ids)
-    m, t, local_envs = args.num_minibatches, args.num_steps, args.num_envs // args.num_devices
-    if not (t % m == 0 or (m % t == 0 and local_envs % (m // t) == 0)):
-        raise BadFlag(
-            f"--num-minibatches {m} must divide --num-steps {t}, or be a multiple of it by a factor that divides "
-            f"the {local_envs} envs per device"
-        )
-    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
-        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
-    args.num_iterations = args.total_timesteps // args.batch_size
-    if args.num_iterations == 0:
-        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
-    if args.resume is not None:
-        if not os.path.isfile(args.resume):
-            raise BadFlag(f"--resume {args.resume}: no such file")
-        try:
-            meta, _ = read_checkpoint(args.resume)
-            missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
-            missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
-        except Exception as e:  # a truncated or foreign file
-            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
-        this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
-        foreign = set(meta.get("args", {})) - set(asdict(args))
-        written_by = meta.get("script") or ("another script" if foreign else this)
-        if written_by != this:
-            raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
-        if missing:
-            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
-        for flag in STRUCTURAL_FLAGS:
-            if meta["args"][flag] != getattr(args, flag):
-                raise BadFlag(
-                    f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
-                    f"this run has {getattr(args, flag)}; only flags that keep the network and buffer shapes may change"
-                )
-        if meta["iteration"] >= args.num_iterations:
-            raise BadFlag(f"--resume {args.resume} is at update {meta['iteration']}, not before the last ({args.num_iterations}); raise --total-timesteps")
-    return args
+        imp_samp_clipfrac = jnp.zeros(())
+    return loss, clipfrac, imp_samp_clipfrac
+
+
+def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
+    """GAE(lambda) over (num_steps, num_envs); dones[t] = the episode ended with transition t."""
+
+    def body(carry, x):
+        gae, next_value = carry
+        reward, value, done = x
+        delta = reward + gamma * next_value * (1.0 - done) - value
+        gae = delta + gamma * gae_lambda * (1.0 - done) * gae
+        return (gae, value), gae
+
+    _, advantages = jax.lax.scan(body, (jnp.zeros_like(last_value), last_value), (rewards, values, dones), reverse=True)
+    return advantages, advantages + values
 
 
 # ---------------------------------------------------------------------------------------------
@@ -546,197 +539,8 @@ def minibatch_ids(rng, global_ids, num_steps, num_minibatches):
 
 
 # ---------------------------------------------------------------------------------------------
-# PPO-EWMA (stagnation §2.2, eq. 4; App. E), as openai/ppo-ewma does it (see ppo_ewma_jax.py)
+# Training: the update (rollout, GAE, epochs of minibatches), SFL's buffer and the evaluation, per device
 # ---------------------------------------------------------------------------------------------
-def ewma_beta(com):
-    """Decay of an EWMA whose centre of mass is `com` steps: COM = 1 / (1 - beta) - 1."""
-    return com / (com + 1.0)
-
-
-def ewma_update(prox_params, params, beta, total_weight, bias_correction=True):
-    """One EWMA step after a minibatch step: (theta_prox, total weight); openai's `EwmaModel.update`
-    counts the initial copy as one sample: w' = beta w + 1, theta_prox <- (beta w / w') theta_prox + theta / w'."""
-    if not bias_correction:
-        return jax.tree.map(lambda p, q: beta * p + (1.0 - beta) * q, prox_params, params), total_weight
-    new_total = beta * total_weight + 1.0
-    decayed = beta * total_weight / new_total
-    return jax.tree.map(lambda p, q: decayed * p + q / new_total, prox_params, params), new_total
-
-
-def decoupled_policy_loss(newlogprob, prox_logprob, behav_logprob, advantages, clip_coef, imp_samp_max):
-    """openai/ppo-ewma's `compute_losses` (ppo_ewma/ppo.py): the clipped objective relative to the proximal
-    policy, with log pi_behav replaced by max(log pi_behav, stop_gradient(log pi) - log imp_samp_max) in both
-    terms (the ratio pi / pi_behav bounded by imp_samp_max; 0 = no bound). With prox = behav: PPO's loss.
-    Returns (loss, clip fraction, share of samples where the bound is active)."""
-    logratio = newlogprob - prox_logprob
-    logp_adj = behav_logprob
-    if imp_samp_max > 0:
-        logp_adj = jnp.maximum(behav_logprob, jax.lax.stop_gradient(newlogprob) - math.log(imp_samp_max))
-    pg_losses = -advantages * jnp.exp(newlogprob - logp_adj)
-    low, high = jnp.log(1.0 - clip_coef), jnp.log(1.0 + clip_coef)  # clip_coef may be traced
-    clipped_logratio = jnp.clip(logratio, low, high)
-    pg_losses2 = -advantages * jnp.exp(clipped_logratio + prox_logprob - logp_adj)
-    loss = jnp.maximum(pg_losses, pg_losses2).mean()
-    clipfrac = ((logratio < low) | (logratio > high)).mean()
-    if imp_samp_max > 0:
-        imp_samp_clipfrac = (newlogprob - behav_logprob > math.log(imp_samp_max)).mean()
-    else:
-        imp_samp_clipfrac = jnp.zeros(())
-    return loss, clipfrac, imp_samp_clipfrac
-
-
-# ---------------------------------------------------------------------------------------------
-# Networks and the multi-categorical policy (one categorical per motor / thruster)
-# ---------------------------------------------------------------------------------------------
-class MLP(nn.Module):
-    hidden_size: int
-    num_layers: int
-    out: int
-    out_scale: float
-
-    @nn.compact
-    def __call__(self, x):
-        for _ in range(self.num_layers):
-            x = nn.tanh(nn.Dense(self.hidden_size, kernel_init=orthogonal(np.sqrt(2)), bias_init=constant(0.0))(x))
-        return nn.Dense(self.out, kernel_init=orthogonal(self.out_scale), bias_init=constant(0.0))(x)
-
-
-class ActorCriticMLP(nn.Module):
-    """Separate actor and critic MLPs on the flat symbolic observation: (flat logits, value)."""
-
-    action_dims: tuple
-    hidden_size: int
-    num_layers: int
-
-    @nn.compact
-    def __call__(self, obs):
-        logits = MLP(self.hidden_size, self.num_layers, sum(self.action_dims), 0.01)(obs)
-        return logits, MLP(self.hidden_size, self.num_layers, 1, 1.0)(obs)[..., 0]
-
-
-class ActorCriticTransformer(nn.Module):
-    """Kinetix's permutation-invariant transformer over the scene's entities (non-recurrent), whose
-    pooled embedding feeds the actor's and the critic's tanh layers: (flat logits, value)."""
-
-    action_dims: tuple
-    hidden_size: int
-    num_layers: int
-
-    @nn.compact
-    def __call__(self, obs):
-        from kinetix.environment.spaces import ActionType
-        from kinetix.models.transformer_model import ActorCriticTransformer as KinetixTransformer
-
-        net = KinetixTransformer(
-            action_dim=sum(self.action_dims), actor_width=self.hidden_size, critic_width=self.hidden_size,
-            actor_depth=self.num_layers, critic_depth=self.num_layers, action_mode=ActionType.MULTI_DISCRETE,
-            hybrid_action_continuous_dim=0, multi_discrete_number_of_dims_per_distribution=list(self.action_dims),
-            activation="tanh", recurrent=False, **TRANSFORMER,
-        )
-        timestep = jax.tree.map(lambda x: x[None], obs)  # Kinetix's models take (time, batch, ...)
-        dones = jnp.zeros((1, jax.tree.leaves(obs)[0].shape[0]))
-        _, pi, value = net(None, (timestep, dones))
-        return jnp.concatenate([d.logits for d in pi.distributions], axis=-1)[0], value[0]
-
-
-def action_layout(action_dims):
-    """(D, K) position in the flat logits of every category of the D action dimensions, and which exist."""
-    offsets = np.cumsum([0, *action_dims[:-1]])
-    exists = np.arange(max(action_dims))[None, :] < np.asarray(action_dims)[:, None]
-    return jnp.asarray(np.where(exists, offsets[:, None] + np.arange(max(action_dims))[None, :], 0)), jnp.asarray(exists)
-
-
-def log_policy(flat_logits, layout):
-    """Per-dimension log-probabilities (..., D, K) from the flat logits; missing categories get probability 0."""
-    index, exists = layout
-    return jax.nn.log_softmax(jnp.where(exists, flat_logits[..., index], -1e9), axis=-1)
-
-
-def log_prob(logp, action):
-    return jnp.take_along_axis(logp, action[..., None], axis=-1)[..., 0].sum(-1)
-
-
-def entropy(logp):
-    return -(jnp.exp(logp) * logp).sum((-2, -1))
-
-
-def kl_divergence(logp_p, logp_q):
-    """Exact KL(p || q) of two multi-categorical policies."""
-    return (jnp.exp(logp_p) * (logp_p - logp_q)).sum((-2, -1))
-
-
-def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
-    """GAE(lambda) over (num_steps, num_envs); dones[t] = the episode ended with transition t."""
-
-    def body(carry, x):
-        gae, next_value = carry
-        reward, value, done = x
-        delta = reward + gamma * next_value * (1.0 - done) - value
-        gae = delta + gamma * gae_lambda * (1.0 - done) * gae
-        return (gae, value), gae
-
-    _, advantages = jax.lax.scan(body, (jnp.zeros_like(last_value), last_value), (rewards, values, dones), reverse=True)
-    return advantages, advantages + values
-
-
-# ---------------------------------------------------------------------------------------------
-# Kinetix
-# ---------------------------------------------------------------------------------------------
-class Env(NamedTuple):
-    sample_levels: callable  # (rng, n) -> n random levels (Kinetix's filtered sampler, or plain draws)
-    reset: callable  # (key, level) -> obs, state
-    step: callable  # (key, state, action, level) -> obs, state, reward, done, solved; resets onto `level`
-    example_obs: object  # shapes and dtypes of one observation (an array, or Kinetix's EntityObservation)
-    action_dims: tuple
-    max_episode_steps: int
-    handmade: callable  # () -> (names, levels) of the hand-designed levels Kinetix ships for this size (slow: called at the first evaluation)
-
-
-def make_env(args):
-    from kinetix.environment.env import make_kinetix_env
-    from kinetix.environment.env_state import EnvParams
-    from kinetix.environment.spaces import ActionType, ObservationType
-    from kinetix.environment.ued.ued import UEDParams, create_vmapped_filtered_distribution, make_reset_fn_sample_kinetix_level
-    from kinetix.environment.utils import create_empty_env, static_env_params_from_size
-    from kinetix.util.saving import load_evaluation_levels
-
-    static_params = static_env_params_from_size(args.env_size)
-    env_params = EnvParams(dense_reward_scale=args.dense_reward_scale)
-    obs_type = ObservationType.SYMBOLIC_ENTITY if args.model == "transformer" else ObservationType.SYMBOLIC_FLAT
-    env = make_kinetix_env(ActionType.MULTI_DISCRETE, obs_type, None, env_params, static_params)
-    sample_level = make_reset_fn_sample_kinetix_level(env_params, static_params, physics_engine=env.physics_engine)
-
-    def sample_levels(key, n):
-        """n random levels from one key. With --filter-levels, Kinetix's own filter (`filter_levels: true`,
-        `level_filter_sample_ratio: 2`, `level_filter_n_steps: 64` of configs/learning/ppo-base.yaml): 2n
-        candidates, 64 no-op steps, n drawn without replacement with weight 0.001 for levels a no-op solves."""
-        if args.filter_levels:
-            return create_vmapped_filtered_distribution(key, sample_level, env_params, static_params, UEDParams(), n, env,
-                                                        True, 2, args.env_size, 64)[0]
-        return jax.vmap(sample_level)(jax.random.split(key, n))
-
-    def reset(key, level):
-        return env.reset(key, env_params, level)
-
-    def step(key, state, action, level):
-        obs, state, reward, done, info = env.step(key, state, action, env_params, level)
-        return obs, state, reward, done, info["GoalR"] & done
-
-    def handmade():  # Kinetix parses a level's JSON one small array at a time: tens of seconds for size s's 10 on a CPU
-        import kinetix
-
-        folder = os.path.join(os.path.dirname(kinetix.__file__), "levels", args.env_size)
-        names = sorted(f[: -len(".json")] for f in os.listdir(folder) if f.endswith(".json"))
-        levels, _ = load_evaluation_levels([f"{args.env_size}/{n}.json" for n in names], static_env_params_override=static_params)
-        return tuple(names), levels
-
-    dims = tuple(int(n) for n in np.asarray(env.action_space(env_params).number_of_dims_per_distribution))
-    # the observation's shape from the empty level every sampled level starts from (tested: a sampled level's, both
-    # observation types): tracing the sampler here took 10-16 s on a CPU, and the update's trace traced it again
-    example_obs = jax.eval_shape(lambda key: reset(key, create_empty_env(static_params))[0], jax.random.PRNGKey(0))
-    return Env(sample_levels, reset, step, example_obs, dims, int(env_params.max_timesteps), handmade)
-
-
 class Transition(NamedTuple):
     obs: jnp.ndarray
     action: jnp.ndarray
@@ -1012,107 +816,6 @@ def make_train(args, env):
     return init, update, sfl_update, evaluate, schedule
 
 
-def save_checkpoint(path, shared, buffer, iteration, global_step, train_seconds, args):
-    """One .npz: every array of the training state and the SFL buffer, plus the flags and counters."""
-    leaves = [host(x) for x in jax.tree.leaves((shared, buffer))]
-    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
-            "train_seconds": train_seconds, "args": asdict(args),
-            "script": os.path.basename(__file__)}
-    tmp = f"{path}.tmp.npz"
-    np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
-    os.replace(tmp, path)  # never a half-written checkpoint
-    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
-
-
-
-def prune_checkpoints(directory, keep):
-    """Delete all but the newest `keep` checkpoints iter_<i>.npz of a run (keep 0: delete none)."""
-    iterations = sorted(int(name[5:-4]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.npz", name))
-    for iteration in iterations[:-keep] if keep else []:
-        os.remove(os.path.join(directory, f"iter_{iteration}.npz"))
-
-
-def restore_checkpoint(path, target):
-    """(shared, buffer) as host arrays, update count, step and training seconds from `path`, checked leaf by leaf
-    against `target`."""
-    meta, leaves = read_checkpoint(path)
-    expected, treedef = jax.tree.flatten(target)
-    if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
-        raise BadFlag(f"--resume {path} does not match this network and buffer (array shapes differ)")
-    return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"], meta.get("train_seconds", 0.0)
-
-
-REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
-
-
-class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
-    """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run after the running update, with a
-    checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
-    update there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA;
-    with several processes (`together`) it waits for the first update instead, where every process agrees to stop (one
-    that left alone would leave the others waiting at a barrier, until JAX ends them for a lost task)."""
-
-    def __init__(self):
-        super().__init__()
-        self.signum, self.training, self.together, self.checkpoint, self.compiling = None, False, False, None, []
-        self.ctrl_c = False
-        for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
-            signal.signal(signum, self.handle)
-
-    def handle(self, signum, frame):
-        again, self.ctrl_c = self.ctrl_c and signum == signal.SIGINT, self.ctrl_c or signum == signal.SIGINT
-        if not (self.training or self.together) or again:  # a second Ctrl-C aborts, whatever signal came first
-            self.signum = signum
-            raise self
-        self.signum = self.signum or signum
-
-    @property
-    def exit_status(self):
-        return 128 + signal.SIGINT if self.signum == signal.SIGINT else REQUEUE
-
-
-def in_background(fn):
-    """fn() on a daemon thread, as a Future: a run that stops or fails while XLA compiles does not wait for it (XLA
-    compiles without holding the GIL: on two or more cores the set-up's own compilations run beside it)."""
-    future = Future()
-
-    def run():
-        try:
-            future.set_result(fn())
-        except BaseException as e:  # handed to whoever asks for the result
-            future.set_exception(e)
-
-    threading.Thread(target=run, daemon=True).start()
-    return future
-
-
-def barrier(name):
-    """With several processes, wait until every one is here (JAX's coordination service, not a collective): one that
-    compiled sooner, or loaded its programs from the cache, would otherwise wait at the first collective for the
-    others, and Gloo (CPU hosts) gives up after 30 s."""
-    from jax._src import distributed  # the coordination service's client, as JAX's own checkpointing reaches it
-
-    if jax.process_count() > 1 and distributed.global_state.client is not None:
-        distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=3_600_000)
-
-
-def host(x):
-    """This process's copy of a replicated array (all of it; works across hosts, unlike device_get)."""
-    return np.asarray(x.addressable_data(0))
-
-
-def use_compile_cache(args):
-    """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
-    anything compiles (checking the flags builds the env): JAX settles the cache at its first compilation. With
-    --distributed too: every process waits for the others before a program's first collective (barrier)."""
-    if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
-        jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
-        return
-    default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
-    jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, SFL, init and evaluation
-
-
 def over_devices(init, update, sfl_update, evaluate, mesh):
     """make_train's functions of one device's share, jitted over the mesh's devices (every argument and result
     replicated: each device's share of the envs is picked inside the functions by its axis index)."""
@@ -1265,6 +968,310 @@ def main(args, stop):
     if lead:
         writer.close()
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Plumbing: flag checks, logging, checkpoints, signals, processes and compilation settings
+# ---------------------------------------------------------------------------------------------
+class SummaryWriter:
+    """The event files torch.utils.tensorboard.SummaryWriter writes (scalars as simple values, text for the text
+    plugin), through the tensorboard package's own EventFileWriter, so that no run imports torch only for them."""
+
+    def __init__(self, logdir):
+        self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
+
+    def add_scalar(self, tag, value, step):
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def add_text(self, tag, text):
+        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
+                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
+        summary = Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
+        self.file.add_event(Event(wall_time=time.time(), step=0, summary=summary))
+
+    def close(self):
+        self.file.close()
+
+
+class BadFlag(ValueError):
+    """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+# flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
+STRUCTURAL_FLAGS = ("env_size", "model", "hidden_size", "num_layers", "sfl_buffer_size")
+# bytes of one observation by --env-size and --model (symbolic flat for the MLP, entities for the transformer), as
+# Kinetix 3.0.2 builds them (a test compares them with make_env's): the batch's memory is checked before any compute
+OBS_BYTES = {("s", "mlp"): 560, ("s", "transformer"): 1126, ("m", "mlp"): 988, ("m", "transformer"): 1671,
+             ("l", "mlp"): 2716, ("l", "transformer"): 3878}
+
+
+def read_checkpoint(path):
+    """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        leaves = [data[f"leaf_{i}"] for i in range(meta["num_leaves"])]
+    return meta, leaves
+
+
+def check_distributed(args):
+    """The --distributed flags alone (before jax.distributed.initialize, which must come before any device use)."""
+    given = [f for f in ("coordinator_address", "num_processes", "process_id") if getattr(args, f) is not None]
+    if given and not args.distributed:
+        raise BadFlag(f"--{given[0].replace('_', '-')} only applies with --distributed")
+    if args.num_processes is not None and args.num_processes <= 0:
+        raise BadFlag(f"--num-processes must be positive (got {args.num_processes})")
+    if args.process_id is not None and not 0 <= args.process_id < (args.num_processes or float("inf")):
+        raise BadFlag(f"--process-id must lie in [0, --num-processes) (got {args.process_id})")
+
+
+def check_runs_directory():
+    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
+    if os.path.lexists("runs") and not os.path.isdir("runs"):
+        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
+    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
+        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
+
+
+def resolve_args(args, num_devices=None):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute. `num_devices`: the
+    devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize: checked as
+    one device, where every divisibility rule that passes at some count passes, and without the per-device size rules,
+    which one device would break first)."""
+    if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
+        raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
+    if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
+        raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
+    for flag in ("num_devices", "batch_size", "num_iterations"):  # filled in below from the other flags
+        if getattr(args, flag):
+            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
+    if not 0 <= args.seed < 2**31:  # the seed is an int32 inside the programs, as in ppo_ewma_jax.py and the torch scripts
+        raise BadFlag(f"--seed must lie in [0, 2**31) (got {args.seed})")
+    resolve_preset(args)
+    args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
+    for field in fields(args):  # inf and nan break every rule below without failing a comparison
+        value = getattr(args, field.name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
+    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers", "num_eval_levels",
+                 "eval_num_attempts", "sfl_num_candidates", "sfl_update_period", "sfl_buffer_size",
+                 "sfl_rollout_length"):
+        if getattr(args, flag) <= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    check_distributed(args)
+    for flag in ("num_envs", "sfl_num_candidates"):  # global env and level ids are int32 in the programs
+        if getattr(args, flag) >= 2**31:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be below 2^31 (got {getattr(args, flag)})")
+    if args.model not in MODELS:
+        raise BadFlag(f"--model must be one of {', '.join(MODELS)} (got {args.model!r})")
+    if args.env_size not in ENV_SIZES:
+        raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
+    local_batch = args.num_envs * args.num_steps // args.num_devices
+    if num_devices != 0 and local_batch >= 2**31:
+        raise BadFlag(f"--num-envs x --num-steps per device must be below 2^31 (the programs index a device's batch with "
+                      f"int32; got {local_batch})")
+    storage = local_batch * (OBS_BYTES[args.env_size, args.model] + 64)  # and a transition's numbers, under 64 bytes
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if num_devices != 0 and storage > memory:
+        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: a device's batch alone takes "
+                      f"{storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
+    for flag in ("minibatch_size", "eval_every", "save_every", "keep_checkpoints", "dense_reward_scale", "ent_coef", "vf_coef"):
+        if not getattr(args, flag) >= 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
+    for flag in ("learning_rate", "max_grad_norm"):
+        if not getattr(args, flag) > 0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
+        raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
+    if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
+        raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
+    if args.imp_samp_max is None:
+        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
+    if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
+        raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
+    if args.ewma_com is not None and not args.ewma_com >= 0:
+        raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
+    for flag in ("gamma", "gae_lambda", "sfl_sample_ratio"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
+    if args.sfl_buffer_size > args.sfl_num_candidates:
+        raise BadFlag(f"--sfl-buffer-size {args.sfl_buffer_size} must not exceed --sfl-num-candidates {args.sfl_num_candidates}")
+    for flag in ("num_envs", "sfl_num_candidates"):
+        if getattr(args, flag) % args.num_devices:
+            raise BadFlag(f"--{flag.replace('_', '-')} {getattr(args, flag)} must be divisible by the {args.num_devices} devices")
+    if args.sfl_num_candidates % args.num_envs:
+        raise BadFlag(f"--sfl-num-candidates {args.sfl_num_candidates} must be a multiple of --num-envs {args.num_envs} (rolled out num-envs at a time)")
+    fresh, _ = buffer_positions(args.num_envs, args.num_devices, args.sfl_sample_ratio)  # raises on an uneven split
+    local_envs = args.num_envs // args.num_devices
+    if args.level_filter_pool is None:  # Kinetix's 512 where it divides both, else the largest pool that does
+        common = math.gcd(fresh.shape[1], local_envs)
+        args.level_filter_pool = max(d for d in range(1, min(512, common) + 1) if common % d == 0)
+    if args.level_filter_pool <= 0:
+        raise BadFlag(f"--level-filter-pool must be positive (got {args.level_filter_pool})")
+    if args.filter_levels and (fresh.shape[1] % args.level_filter_pool or local_envs % args.level_filter_pool):
+        raise BadFlag(
+            f"--level-filter-pool {args.level_filter_pool} must divide each device's {fresh.shape[1]} fresh levels and "
+            f"{local_envs} envs (random levels are filtered in pools); lower it, or --no-filter-levels"
+        )
+    args.batch_size = args.num_envs * args.num_steps
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
+            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
+        )
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = 32 if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+    # minibatches are built per env (see minibatch_ids): M | T, or T | M with M / T dividing each device's envs
+    # (envs are dealt into the M / T groups within blocks of M / T consecutive ids)
+    m, t, local_envs = args.num_minibatches, args.num_steps, args.num_envs // args.num_devices
+    if not (t % m == 0 or (m % t == 0 and local_envs % (m // t) == 0)):
+        raise BadFlag(
+            f"--num-minibatches {m} must divide --num-steps {t}, or be a multiple of it by a factor that divides "
+            f"the {local_envs} envs per device"
+        )
+    if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
+        raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
+    args.num_iterations = args.total_timesteps // args.batch_size
+    if args.num_iterations == 0:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
+    if args.resume is not None:
+        if not os.path.isfile(args.resume):
+            raise BadFlag(f"--resume {args.resume}: no such file")
+        try:
+            meta, _ = read_checkpoint(args.resume)
+            missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
+            missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
+        except Exception as e:  # a truncated or foreign file
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+        this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
+        foreign = set(meta.get("args", {})) - set(asdict(args))
+        written_by = meta.get("script") or ("another script" if foreign else this)
+        if written_by != this:
+            raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
+        if missing:
+            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
+        for flag in STRUCTURAL_FLAGS:
+            if meta["args"][flag] != getattr(args, flag):
+                raise BadFlag(
+                    f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
+                    f"this run has {getattr(args, flag)}; only flags that keep the network and buffer shapes may change"
+                )
+        if meta["iteration"] >= args.num_iterations:
+            raise BadFlag(f"--resume {args.resume} is at update {meta['iteration']}, not before the last ({args.num_iterations}); raise --total-timesteps")
+    return args
+
+
+def save_checkpoint(path, shared, buffer, iteration, global_step, train_seconds, args):
+    """One .npz: every array of the training state and the SFL buffer, plus the flags and counters."""
+    leaves = [host(x) for x in jax.tree.leaves((shared, buffer))]
+    meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
+            "train_seconds": train_seconds, "args": asdict(args),
+            "script": os.path.basename(__file__)}
+    tmp = f"{path}.tmp.npz"
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
+    os.replace(tmp, path)  # never a half-written checkpoint
+    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
+
+
+def prune_checkpoints(directory, keep):
+    """Delete all but the newest `keep` checkpoints iter_<i>.npz of a run (keep 0: delete none)."""
+    iterations = sorted(int(name[5:-4]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.npz", name))
+    for iteration in iterations[:-keep] if keep else []:
+        os.remove(os.path.join(directory, f"iter_{iteration}.npz"))
+
+
+def restore_checkpoint(path, target):
+    """(shared, buffer) as host arrays, update count, step and training seconds from `path`, checked leaf by leaf
+    against `target`."""
+    meta, leaves = read_checkpoint(path)
+    expected, treedef = jax.tree.flatten(target)
+    if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
+        raise BadFlag(f"--resume {path} does not match this network and buffer (array shapes differ)")
+    return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"], meta.get("train_seconds", 0.0)
+
+
+REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
+
+
+class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
+    """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run after the running update, with a
+    checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
+    update there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA;
+    with several processes (`together`) it waits for the first update instead, where every process agrees to stop (one
+    that left alone would leave the others waiting at a barrier, until JAX ends them for a lost task)."""
+
+    def __init__(self):
+        super().__init__()
+        self.signum, self.training, self.together, self.checkpoint, self.compiling = None, False, False, None, []
+        self.ctrl_c = False
+        for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+            signal.signal(signum, self.handle)
+
+    def handle(self, signum, frame):
+        again, self.ctrl_c = self.ctrl_c and signum == signal.SIGINT, self.ctrl_c or signum == signal.SIGINT
+        if not (self.training or self.together) or again:  # a second Ctrl-C aborts, whatever signal came first
+            self.signum = signum
+            raise self
+        self.signum = self.signum or signum
+
+    @property
+    def exit_status(self):
+        return 128 + signal.SIGINT if self.signum == signal.SIGINT else REQUEUE
+
+
+def in_background(fn):
+    """fn() on a daemon thread, as a Future: a run that stops or fails while XLA compiles does not wait for it (XLA
+    compiles without holding the GIL: on two or more cores the set-up's own compilations run beside it)."""
+    future = Future()
+
+    def run():
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # handed to whoever asks for the result
+            future.set_exception(e)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
+def barrier(name):
+    """With several processes, wait until every one is here (JAX's coordination service, not a collective): one that
+    compiled sooner, or loaded its programs from the cache, would otherwise wait at the first collective for the
+    others, and Gloo (CPU hosts) gives up after 30 s."""
+    from jax._src import distributed  # the coordination service's client, as JAX's own checkpointing reaches it
+
+    if jax.process_count() > 1 and distributed.global_state.client is not None:
+        distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=3_600_000)
+
+
+def host(x):
+    """This process's copy of a replicated array (all of it; works across hosts, unlike device_get)."""
+    return np.asarray(x.addressable_data(0))
+
+
+def use_compile_cache(args):
+    """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
+    anything compiles (checking the flags builds the env): JAX settles the cache at its first compilation. With
+    --distributed too: every process waits for the others before a program's first collective (barrier)."""
+    if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
+        jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
+        return
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
+    jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, SFL, init and evaluation
 
 
 if __name__ == "__main__":
