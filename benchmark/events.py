@@ -119,14 +119,17 @@ def _tensor_value(tensor):
     return float("nan")
 
 
-def read_merged_scalars(run_dir, tags, prefixes=()):
+def read_merged_scalars(run_dir, tags, prefixes=(), only=None):
     """({subrun: {tag: (steps, values)}}, bytes read) of the wanted scalars of a launched run (a directory of the
     launcher's store, its TensorBoard runs under runs/); attempts (a run resumed from a
     checkpoint writes a new TensorBoard run) are merged in the order they started: each replaces the earlier
-    ones' values from its first logged step on. The sub-run is the event file's directory below its TensorBoard run."""
+    ones' values from its first logged step on. The sub-run is the event file's directory below its TensorBoard run.
+    `only`: the one TensorBoard run under runs/ to read (a script's working directory holds several runs)."""
     attempts = {}
     for file in Path(run_dir, "runs").rglob("events.out.tfevents.*"):
         tb_run = file.relative_to(Path(run_dir, "runs")).parts[0]
+        if only is not None and tb_run != only:
+            continue
         started = int(file.name.split(".")[3]) if file.name.split(".")[3].isdigit() else 0
         attempts.setdefault(tb_run, []).append((started, file))
     merged, nbytes = {}, 0

@@ -1,0 +1,532 @@
+"""The stagnation advisor: reads a run's logs and says, stretch by stretch, whether it was improving, plateaued with
+large updates (the stagnation paper's plateau), collapsed or levelling off with small updates, and for a stagnated run
+what the paper would change, as flags. It never changes a run.
+
+    python benchmark/advise.py grids/com_eps                     # every run of a grid (a launcher's grid or store)
+    python benchmark/advise.py runs/CartPole-v1__ppo_ewma_jax__1__1764321234 --json advice.json   # a script's run
+    python benchmark/advise.py grids/com_eps/runs/<run> --follow 60   # re-read every minute; a line when the phase changes
+    python benchmark/advise.py --tables benchmark/reproduce/claim_2/com_eps_runs.csv.gz ...   # analyze.py's runs.csv
+    python benchmark/advise.py --simulate                        # the false-alarm rates of the rule below
+
+The rule (stagnation §3-5; every threshold is a flag, its default justified in docs/advise.md). A run's iterations
+are the steps of its per-iteration step-size tag: the KL of the update (`losses/approx_kl`; noisy_sgd: the update
+norm). Its score (`--tag`, else analyze.py's tag for the script) is averaged per iteration. The iterations are cut
+into windows of `--window` (the last window ends at the last iteration), and each window is labelled:
+- **collapsed**: the policy's entropy below `--collapse-entropy` of the first window's and the step below
+  `--collapse-step` of the first window's (a deterministic policy that no longer moves; not the paper's plateau);
+- **improving** / **declining**: the score's slope, least squares over the window with its interval at `--level`
+  widened for the residuals' lag-1 autocorrelation, lies above / below zero;
+- otherwise the slope's interval holds zero (flat).
+A window's trend changes the run's only when the next `--patience` - 1 windows agree (chance makes one window in 20
+look improving or declining at the 5% level); a collapse holds at once. A flat window is then **not improving yet**
+before the run improved; **stagnated** (the paper's plateau: the score stalls while the policy keeps moving) when its
+step is at least `--large-step` of the median step of the windows that improved; else **levelling off** (the updates
+shrank with the score: converged at these settings, or too strongly regularised). Consecutive windows of a label make
+a phase. The advice reads the last phase: stagnated (or declining with large
+steps) gives the paper's remedies (§4.4-5): `--num-envs` x `--scale` under `--scaling-recipe more-minibatches` (hybrid
+where the minibatches would outnumber the envs), the DDR that reaches at the plateau's KL, and a smaller outer step
+from the last checkpoint (`--ewma-com` x `--scale`, or half `--clip-coef`); levelling off gives the opposite direction.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import scipy.signal
+import scipy.stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmark.analyze import DEFAULT_TAG  # noqa: E402
+from benchmark.common import SCRIPTS, read_tensorboard_run  # noqa: E402
+from benchmark.events import read_merged_scalars  # noqa: E402
+
+STEP_TAGS = ("losses/approx_kl", "charts/update_norm_actor", "charts/update_norm")  # the first a run logs
+SCORE_TAGS = ("charts/solve_rate", "eval/solve_rate_sampled", "charts/episodic_return", "charts/neg_distance")
+EVIDENCE = {"ddr": "charts/ddr", "entropy": "losses/entropy", "update_norm_actor": "charts/update_norm_actor"}
+LABELS = ("improving", "declining", "stagnated", "levelling off", "collapsed", "not improving yet", "no score")
+
+
+def fail(message):
+    print(f"advise.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rule: windows, their slopes, their labels, the phases
+# ---------------------------------------------------------------------------------------------
+def slope_interval(y, level):
+    """(slope per iteration, low, high) of least squares over a window's per-iteration scores (NaN: no score that
+    iteration); the interval's standard error is widened by sqrt((1 + r) / (1 - r)) and its degrees of freedom cut to
+    n (1 - r) / (1 + r) - 2 for the residuals' lag-1 autocorrelation r (clipped to [0, 0.9]): a return curve's
+    iterations are not independent. None with fewer than 5 scores."""
+    x = np.flatnonzero(np.isfinite(y)).astype(np.float64)
+    y = y[np.isfinite(y)]
+    if len(y) < 5:
+        return None
+    xc = x - x.mean()
+    b = float(xc @ (y - y.mean()) / (xc @ xc))
+    e = y - y.mean() - b * xc
+    r = float(np.clip(np.corrcoef(e[:-1], e[1:])[0, 1], 0.0, 0.9)) if e[:-1].std() > 0 and e[1:].std() > 0 else 0.0
+    se = math.sqrt(e @ e / (len(y) - 2) / (xc @ xc)) * math.sqrt((1 + r) / (1 - r))
+    dof = max(2.0, len(y) * (1 - r) / (1 + r) - 2)
+    q = float(scipy.stats.t.ppf(0.5 + level / 2, dof))
+    return b, b - q * se, b + q * se
+
+
+@dataclass
+class Window:
+    start: int  # iteration indices [start, stop)
+    stop: int
+    slope: tuple  # slope_interval's, or None
+    step: float  # median step size (KL of the update)
+    entropy: float
+    label: str = ""
+
+
+def windows_of(run, opts):
+    """The run's windows of opts.window iterations, the last ending at its last iteration (the first takes the rest)."""
+    n = len(run["step"])
+    count = max(1, n // opts.window)
+    edges = [0] + [n - opts.window * i for i in range(count - 1, 0, -1)] + [n]
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        entropy = run["entropy"][a:b] if run["entropy"] is not None else np.array([np.nan])
+        out.append(Window(a, b, slope_interval(run["score"][a:b], opts.level), float(np.nanmedian(run["step"][a:b])),
+                          float(np.nanmean(entropy)) if np.isfinite(entropy).any() else np.nan))
+    return out
+
+
+def label_windows(windows, opts):
+    """Each window's label, in order (the rule in this file's docstring). First each window's own trend: collapsed,
+    improving, declining or flat. A change of trend holds only where the next `--patience` - 1 windows agree (one window
+    of a new trend at the 5% level is what chance gives a run once in 20 windows), the run's first trend included; a
+    collapse, read from entropy and step thresholds, not a test, holds at once. Then a flat window
+    is not improving yet before any window improved, else stagnated or levelling off by its step."""
+    first = windows[0]
+    raw = []
+    for w in windows:
+        if (np.isfinite(w.entropy) and np.isfinite(first.entropy) and w.entropy < opts.collapse_entropy * first.entropy
+                and w.step < opts.collapse_step * first.step):
+            raw.append("collapsed")
+        elif w.slope is None:
+            raw.append("no score")
+        else:
+            raw.append("improving" if w.slope[1] > 0 else "declining" if w.slope[2] < 0 else "flat")
+    current, improved_steps = "flat", []  # a run starts flat: its first trend needs confirming like any other
+    for i, w in enumerate(windows):
+        ahead = raw[i:i + opts.patience]
+        if raw[i] != current and ("collapsed" in (raw[i], current) or (len(ahead) == opts.patience and len(set(ahead)) == 1)):
+            current = raw[i]
+        if current == "improving":
+            improved_steps.append(w.step)
+        if current != "flat":
+            w.label = current
+        elif not improved_steps:
+            w.label = "not improving yet"
+        else:
+            w.label = "stagnated" if w.step >= opts.large_step * float(np.median(improved_steps)) else "levelling off"
+    return windows
+
+
+@dataclass
+class Phase:
+    label: str
+    iterations: tuple  # first and last iteration (1-based)
+    steps: tuple  # environment steps (or gradient steps) at them
+    slope_per_million: tuple  # the phase's score slope per 1M steps and its interval (None: too few scores)
+    evidence: dict = field(default_factory=dict)  # medians of the step size, DDR, actor update norm; mean entropy
+
+
+def phases_of(run, windows, opts):
+    """Consecutive windows of one label as phases, each with its slope refitted over the phase and its evidence. A
+    flat phase (stagnated, levelling off, not improving yet) whose refitted slope (more scores, a narrower interval)
+    lies above zero improved after all, too slowly for its windows to show (docs/advise.md: a rise of 2 noise SDs a window reads as flat half
+    the time), and merges with its improving neighbours."""
+    spans, i = [], 0
+    while i < len(windows):
+        j = i
+        while j + 1 < len(windows) and windows[j + 1].label == windows[i].label:
+            j += 1
+        a, b, label = windows[i].start, windows[j].stop, windows[i].label
+        s = slope_interval(run["score"][a:b], opts.level)
+        if s and label in ("stagnated", "levelling off", "not improving yet") and s[1] > 0:  # a rise too slow for its windows
+            label = "improving"
+        if spans and spans[-1][2] == label:
+            spans[-1] = (spans[-1][0], b, label)
+        else:
+            spans.append((a, b, label))
+        i = j + 1
+    out = []
+    for a, b, label in spans:
+        s = slope_interval(run["score"][a:b], opts.level)
+        per = 1e6 / run["batch"] if run["batch"] else float("nan")
+        evidence = {run["step_tag"]: float(np.nanmedian(run["step"][a:b]))}
+        for name, values in run["evidence"].items():
+            if values is not None and np.isfinite(values[a:b]).any():
+                evidence[EVIDENCE[name]] = float(np.nanmean(values[a:b]) if name == "entropy" else np.nanmedian(values[a:b]))
+        out.append(Phase(label, (a + 1, b), (int(run["steps"][a]), int(run["steps"][b - 1])),
+                         tuple(v * per for v in s) if s else None, evidence))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The advice: the paper's remedies as flags
+# ---------------------------------------------------------------------------------------------
+def advise(run, phases, opts):
+    """(what the last phase means, [remedies: {what, flags, command?}])."""
+    last, k = phases[-1], opts.scale
+    flags = run["flags"]
+    if last.label == "improving":
+        return "still improving at the end: more steps should pay", []
+    if last.label in ("not improving yet", "no score"):
+        return f"{last.label}: nothing to advise", []
+    if last.label == "collapsed":
+        return ("collapsed: the policy is near deterministic and no longer moves (entropy and KL near zero); not the "
+                "paper's plateau, which scaling does not address. Resume from a checkpoint before the collapse with a "
+                "smaller outer step or a larger --ent-coef"), []
+    big = last.label == "stagnated" or (last.label == "declining" and improving_step(phases) is not None
+                                                  and last.evidence[run["step_tag"]] >= opts.large_step * improving_step(phases))
+    remedies = []
+    com, clip = flags.get("ewma_com"), flags.get("clip_coef")
+    ewma = com not in (None, 0, 0.0)
+    if big:
+        meaning = ("stagnated: the score stalls while each update moves the policy as far as while it improved (the "
+                   "stagnation paper's plateau: the outer step is too large for the noise of its batch)")
+        n, m = flags.get("num_envs"), flags.get("num_minibatches")
+        if n and m:
+            base_n, base_m = (flags["base_num_envs"], flags["base_num_minibatches"]) \
+                if flags.get("scaling_recipe", "none") != "none" else (n, m)
+            scaled = {"--num-envs": n * k, "--base-num-envs": base_n, "--base-num-minibatches": base_m}
+            if m * k > n * k:  # more minibatches than envs: hybrid, b-times bigger minibatches (App. D)
+                b = 2 ** math.ceil(math.log2(m / n))
+                scaled.update({"--scaling-recipe": "hybrid", "--hybrid-minibatch-factor": b})
+            else:
+                scaled["--scaling-recipe"] = "more-minibatches"
+            ddr = last.evidence.get("charts/ddr")
+            remedies.append({"what": f"{k}x the envs, the inner loop kept (stagnation §5)"
+                                     + (f": DDR about {ddr * k:,.0f} at the plateau's KL (now {ddr:,.0f})" if ddr else ""),
+                             "flags": scaled, "new_run": True})
+        if ewma or clip:
+            step = {"--ewma-com": com * k} if ewma else {"--clip-coef": clip / 2}
+            remedies.append({"what": "a smaller outer step from the last checkpoint (stagnation §3, Fig. 3a)",
+                             "flags": step, "new_run": False})
+    else:
+        meaning = ("levelling off: the updates shrank with the score (converged at these settings, or too strongly "
+                   "regularised: a high DDR learns slowly, stagnation §4.4)")
+        if ewma or clip:
+            step = {"--ewma-com": max(1.0, com / k)} if ewma else {"--clip-coef": min(1.0, clip * 2)}
+            remedies.append({"what": "if the score is below what you expect: a larger outer step from the last checkpoint",
+                             "flags": step, "new_run": False})
+    for remedy in remedies:
+        remedy["command"] = command(run, remedy)
+    return meaning, remedies
+
+
+def improving_step(phases):
+    steps = [p.evidence[next(iter(p.evidence))] for p in phases if p.label == "improving"]
+    return float(np.median(steps)) if steps else None
+
+
+def command(run, remedy):
+    """The command line of a remedy: the run's own flags (the launcher's command.json) with the remedy's, and for a
+    smaller or larger outer step `--resume` of the run's newest checkpoint; None where the run's flags are unknown."""
+    if run["argv"] is None:
+        return None
+    argv, changed = list(run["argv"]), {flag: str(value) for flag, value in remedy["flags"].items()}
+    for flag in changed:
+        if flag in argv:
+            i = argv.index(flag)
+            del argv[i:i + 2]
+    argv += [x for flag, value in changed.items() for x in (flag, value)]
+    if not remedy["new_run"] and run["checkpoint"]:
+        argv += ["--resume", str(run["checkpoint"])]
+    return " ".join(["python", f"cleanrl_scale/{run['script']}.py", *argv])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading runs: a launcher's run directories, a script's TensorBoard runs, analyze.py's runs.csv
+# ---------------------------------------------------------------------------------------------
+def per_iteration(grid, steps, values):
+    """The mean of the values logged in each iteration (step in (grid[i-1], grid[i]]); NaN where none was."""
+    at = np.searchsorted(grid, steps, side="left")
+    keep = at < len(grid)
+    sums = np.bincount(at[keep], values[keep], len(grid))
+    counts = np.bincount(at[keep], minlength=len(grid))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / counts, np.nan)
+
+
+def make_run(name, script, series, flags, argv, checkpoint, tag):
+    """A run as the rule reads it, from {tag: (steps, values)}; a string saying why not, if it cannot be read."""
+    step_tag = next((t for t in STEP_TAGS if t in series and len(series[t][0]) >= 2), None)
+    if step_tag is None:
+        return f"{name}: logs none of {', '.join(STEP_TAGS)} (the size of each update) at two iterations or more"
+    if tag is None:  # analyze.py's tag for the script where the run logs it, else the first score tag it logs
+        default = DEFAULT_TAG.get(script)
+        tag = default if default in series else next((t for t in SCORE_TAGS if t in series), None)
+    if tag is None or tag not in series:
+        return f"{name}: logs no score tag ({tag or ', '.join(SCORE_TAGS)})"
+    order = np.argsort(series[step_tag][0], kind="stable")
+    grid, step = series[step_tag][0][order].astype(np.int64), series[step_tag][1][order]
+    return {"name": name, "script": script, "tag": tag, "step_tag": step_tag, "steps": grid, "step": step,
+            "batch": float(np.median(np.diff(grid))) if len(grid) > 1 else 0.0,
+            "score": per_iteration(grid, *series[tag]),
+            "entropy": per_iteration(grid, *series["losses/entropy"]) if "losses/entropy" in series else None,
+            "evidence": {name_: per_iteration(grid, *series[t]) if t in series else None for name_, t in EVIDENCE.items()},
+            "flags": flags, "argv": argv, "checkpoint": checkpoint}
+
+
+def parse_hyperparameters(texts):
+    """The flags a script logged as its `hyperparameters` text (a |param|value| table), numbers as numbers."""
+    flags = {}
+    for line in (texts.get("hyperparameters") or [""])[-1].splitlines()[2:]:
+        cells = line.strip().strip("|").split("|")
+        if len(cells) == 2:
+            key, value = cells
+            try:
+                flags[key] = json.loads(value.lower()) if value.lower() in ("true", "false") else float(value) \
+                    if any(c in value for c in ".eE") else int(value)
+            except ValueError:
+                flags[key] = None if value == "None" else value
+    return flags
+
+
+def wanted_tags(tag):
+    return set(STEP_TAGS) | set(SCORE_TAGS) | set(EVIDENCE.values()) | {"losses/entropy"} | ({tag} if tag else set())
+
+
+def read_launched(run_dir, tag):
+    """The runs of one launcher run directory (command.json): one per sub-run (a pack's seeds, noisy_sgd's step sizes)."""
+    command = json.loads((run_dir / "command.json").read_text())
+    merged, _ = read_merged_scalars(run_dir, wanted_tags(tag))
+    checkpoints = sorted(run_dir.glob("runs/*/checkpoints/iter_*"), key=lambda p: (int(p.name.split("_")[1].split(".")[0])))
+    flags = {**command.get("resolved", {}), **{k.replace("-", "_"): v for k, v in command.get("flags", {}).items()}}
+    return [make_run(run_dir.name + (f"/{sub}" if sub else ""), command["script"], series, flags, command.get("argv"),
+                     checkpoints[-1] if checkpoints else None, tag) for sub, series in sorted(merged.items())]
+
+
+def read_tensorboard(tb_run, tag):
+    """The runs of one of a script's TensorBoard runs (runs/<name>): its flags from its hyperparameters text."""
+    merged, _ = read_merged_scalars(tb_run.parent.parent, wanted_tags(tag), only=tb_run.name)
+    _, texts = read_tensorboard_run(tb_run)
+    flags = parse_hyperparameters(texts)
+    # the script: its exp_name (the scripts' default), else the part of the run's name that names one
+    names = [str(flags.get("exp_name") or "")] + tb_run.name.split("__")
+    script = next((n for n in names if (SCRIPTS / f"{n}.py").exists()), "")
+    checkpoints = sorted(tb_run.glob("checkpoints/iter_*"), key=lambda p: (int(p.name.split("_")[1].split(".")[0])))
+    return [make_run(tb_run.name + (f"/{sub}" if sub else ""), script, series, flags, None,
+                     checkpoints[-1] if checkpoints else None, tag) for sub, series in sorted(merged.items())]
+
+
+def read_paths(paths, tag):
+    """Every run under the paths: a launcher's run directory, a grid or store (runs/*/command.json), a script's
+    TensorBoard run (runs/<name>, its event files inside), or a working directory holding such runs/."""
+    runs = []
+    for path in paths:
+        if (path / "command.json").exists():
+            runs += read_launched(path, tag)
+        elif list((path / "runs").glob("*/command.json")):
+            for d in sorted(p.parent for p in (path / "runs").glob("*/command.json")):
+                runs += read_launched(d.resolve(), tag)
+        elif path.parent.name == "runs" and list(path.rglob("events.out.tfevents.*")):
+            runs += read_tensorboard(path, tag)
+        elif (path / "runs").is_dir() and list((path / "runs").rglob("events.out.tfevents.*")):
+            for d in sorted(p for p in (path / "runs").iterdir() if p.is_dir()):
+                runs += read_tensorboard(d, tag)
+        else:
+            runs.append(f"{path}: no run (no command.json, no runs/ with event files)")
+    return runs
+
+
+def read_tables(files, tag):
+    """The runs of analyze.py runs.csv tables (its downsampled curves; several files of one grid merge by run)."""
+    frame = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    frame["subrun"] = frame["subrun"].fillna("")
+    runs = []
+    for (run, sub), rows in frame.groupby(["run", "subrun"], sort=True):
+        series = {t: (r["x"].to_numpy(np.int64), r["value"].to_numpy(np.float64)) for t, r in rows.groupby("tag")}
+        script = run.split("__")[0]
+        flags = dict(part.split("=", 1) for part in run.split("__") if "=" in part)
+        flags = {k.replace("-", "_"): (float(v) if any(c in v for c in ".eE") else int(v) if v.isdigit() else v)
+                 for k, v in flags.items()}
+        runs.append(make_run(run + (f"/{sub}" if sub else ""), script, series, flags, None, None, tag))
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# The report, --follow, --simulate
+# ---------------------------------------------------------------------------------------------
+def analyse(run, opts):
+    windows = label_windows(windows_of(run, opts), opts)
+    phases = phases_of(run, windows, opts)
+    meaning, remedies = advise(run, phases, opts)
+    return {"run": run["name"], "script": run["script"], "score": run["tag"], "step_size": run["step_tag"],
+            "iterations": len(run["step"]), "window": opts.window, "phases": [asdict(p) for p in phases],
+            "verdict": meaning, "remedies": remedies}
+
+
+def describe(report):
+    lines = [f"{report['run']} ({report['script']}, {report['iterations']} iterations, score {report['score']}, "
+             f"windows of {report['window']}):"]
+    for p in report["phases"]:
+        slope = p["slope_per_million"]
+        shown = f"{slope[0]:+.3g} per 1M steps [{slope[1]:+.3g}, {slope[2]:+.3g}]" if slope else "no slope"
+        evidence = ", ".join(f"{k.split('/')[-1]} {v:.3g}" for k, v in p["evidence"].items())
+        lines.append(f"  {p['label']:>17}: iterations {p['iterations'][0]}-{p['iterations'][1]} (steps "
+                     f"{p['steps'][0]:,}-{p['steps'][1]:,}); score {shown}; {evidence}")
+    lines.append(f"  -> {report['verdict']}")
+    for r in report["remedies"]:
+        lines.append(f"     {r['what']}: " + " ".join(f"{f} {v:g}" if isinstance(v, float) else f"{f} {v}" for f, v in r["flags"].items()))
+        if r["command"]:
+            lines.append(f"       {r['command']}")
+    return "\n".join(lines)
+
+
+def follow(opts):
+    """Re-read the runs every opts.follow seconds; print a line when a run's last window changes its label."""
+    seen, polls = {}, 0
+    while True:
+        for run in gather(opts):
+            if isinstance(run, str):
+                continue
+            windows = label_windows(windows_of(run, opts), opts)
+            now = (windows[-1].label, windows[-1].stop)
+            if seen.get(run["name"], (None,))[0] != now[0]:
+                w = windows[-1]
+                slope = f"{w.slope[0]:+.3g}/iteration [{w.slope[1]:+.3g}, {w.slope[2]:+.3g}]" if w.slope else "no slope"
+                print(f"{time.strftime('%H:%M:%S')} {run['name']}: {now[0]} at iteration {now[1]} (score {slope}, "
+                      f"{run['step_tag'].split('/')[-1]} {w.step:.3g})", flush=True)
+            seen[run["name"]] = now
+        polls += 1
+        if opts.polls and polls >= opts.polls:
+            return
+        time.sleep(opts.follow)
+
+
+def simulate(opts, slopes=(0.0, 0.05, 0.1, 0.2, 0.5), trials=1000, seed=0):
+    """How often the rule calls a stagnation where a run still improves: a line rising by `slope` noise SDs per
+    iteration under AR(1) noise (lag-1 correlation 0.5, unit SD), after two windows that improve beyond doubt, the
+    step size constant; 7 windows after them. Per slope: the share of those windows called stagnated and the share of
+    runs with any (the phases, as the report gives them). At slope 0 the run has stagnated, and the shares are the rule's power. Last, runs flat
+    from their start (9 windows of noise): every stagnation called there is a false alarm."""
+    rng = np.random.default_rng(seed)
+    n, rows = opts.window * 9, []
+    for slope in slopes:
+        noise = scipy.signal.lfilter([math.sqrt(1 - 0.25)], [1, -0.5], rng.standard_normal((trials, n)), axis=1)
+        windows_called = runs_called = 0
+        for trial in noise:
+            score = slope * np.arange(n) + trial
+            score[: 2 * opts.window] += np.linspace(-20, 0, 2 * opts.window)  # two windows improve beyond doubt
+            labels = phase_labels({"step": np.ones(n), "score": score, "entropy": None, "steps": np.arange(n), "batch": 1,
+                                   "step_tag": "step", "evidence": {}}, opts)
+            windows_called += labels[2:].count("stagnated")
+            runs_called += "stagnated" in labels[2:]
+        rows.append({"run": "improved, then rising", "rise_per_window_sd": slope * opts.window,
+                     "windows_called_stagnated": windows_called / (7 * trials), "runs_called_stagnated": runs_called / trials})
+    # a run flat and noisy from its start (learning has not begun): any stagnation called is a false alarm
+    noise = scipy.signal.lfilter([math.sqrt(1 - 0.25)], [1, -0.5], rng.standard_normal((trials, n)), axis=1)
+    labels = [phase_labels({"step": np.ones(n), "score": trial, "entropy": None, "steps": np.arange(n), "batch": 1,
+                            "step_tag": "step", "evidence": {}}, opts) for trial in noise]
+    rows.append({"run": "never improved", "rise_per_window_sd": 0.0,
+                 "windows_called_stagnated": sum(l.count("stagnated") for l in labels) / (9 * trials),
+                 "runs_called_stagnated": sum("stagnated" in l for l in labels) / trials})
+    return pd.DataFrame(rows)
+
+
+def phase_labels(run, opts):
+    """The label of each window of a run as its report's phases give it."""
+    windows = label_windows(windows_of(run, opts), opts)
+    phases = phases_of(run, windows, opts)
+    return [next(p.label for p in phases if p.iterations[0] <= w.start + 1 <= p.iterations[1]) for w in windows]
+
+
+def gather(opts):
+    return read_tables(opts.tables, opts.tag) if opts.tables else read_paths(opts.paths, opts.tag)
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("paths", nargs="*", type=Path, help="run directories, grids, stores or TensorBoard runs")
+    p.add_argument("--tables", nargs="+", type=Path, help="analyze.py runs.csv(.gz) files to read instead of runs")
+    p.add_argument("--tag", help="the score (default: analyze.py's tag for the script, else the first of "
+                                 + ", ".join(SCORE_TAGS) + " the run logs)")
+    p.add_argument("--window", type=int, default=20, help="iterations a window holds (default 20)")
+    p.add_argument("--level", type=float, default=0.95, help="the slope intervals' confidence level (default 0.95)")
+    p.add_argument("--large-step", type=float, default=0.5,
+                   help="a flat window's median step (KL) at least this share of the improving windows' is large (0.5)")
+    p.add_argument("--patience", type=int, default=2, help="windows in a row a new label needs to change the run's (2)")
+    p.add_argument("--collapse-entropy", type=float, default=0.05,
+                   help="entropy below this share of the first window's, with a small step, is a collapse (0.05)")
+    p.add_argument("--collapse-step", type=float, default=0.1,
+                   help="a step (KL) below this share of the first window's, with a small entropy, is a collapse (0.1)")
+    p.add_argument("--scale", type=int, default=4, help="the factor of the advised N_envs and COM (default 4)")
+    p.add_argument("--json", type=Path, help="also write the reports to this file")
+    p.add_argument("--follow", type=float, default=0.0, help="re-read every this many seconds, print phase changes")
+    p.add_argument("--polls", type=int, default=0, help="with --follow: stop after this many reads (0: until Ctrl-C)")
+    p.add_argument("--simulate", action="store_true", help="print the rule's stagnation calls on simulated runs")
+    return p
+
+
+def check(opts):
+    """Bad input: one line naming the flag and its rule, exit 2, before anything is read."""
+    for flag, value, ok, rule in (("--window", opts.window, opts.window >= 5, "at least 5 (a slope needs 5 scores)"),
+                                  ("--level", opts.level, 0 < opts.level < 1, "in (0, 1)"),
+                                  ("--large-step", opts.large_step, math.isfinite(opts.large_step) and opts.large_step > 0, "positive"),
+                                  ("--patience", opts.patience, opts.patience >= 1, "at least 1"),
+                                  ("--collapse-entropy", opts.collapse_entropy, 0 < opts.collapse_entropy < 1, "in (0, 1)"),
+                                  ("--collapse-step", opts.collapse_step, 0 < opts.collapse_step < 1, "in (0, 1)"),
+                                  ("--scale", opts.scale, opts.scale >= 2, "at least 2"),
+                                  ("--follow", opts.follow, math.isfinite(opts.follow) and opts.follow >= 0, ">= 0 seconds"),
+                                  ("--polls", opts.polls, opts.polls >= 0, ">= 0")):
+        if not ok:
+            fail(f"{flag} must be {rule} (got {value})")
+    if opts.simulate:
+        return
+    if bool(opts.paths) == bool(opts.tables):
+        fail("name run directories or --tables (one of the two)")
+    for path in opts.paths or opts.tables:
+        if not path.exists():
+            fail(f"{path}: no such file or directory")
+    if opts.json and not opts.json.parent.is_dir():
+        fail(f"--json {opts.json}: no directory {opts.json.parent}")
+    if opts.tables and opts.follow:
+        fail("--follow reads runs, not --tables")
+
+
+def main(argv=None):
+    opts = build_parser().parse_args(argv)
+    check(opts)
+    if opts.simulate:
+        table = simulate(opts)
+        print(f"runs still improving called stagnated (window {opts.window}, patience {opts.patience}, level "
+              f"{opts.level}; 1,000 simulated runs of 9 windows each, AR(1) noise of lag-1 correlation 0.5):")
+        print(table.to_string(index=False))
+        return table
+    if opts.follow:
+        try:
+            follow(opts)
+        except KeyboardInterrupt:
+            pass
+        return None
+    reports = []
+    for run in gather(opts):
+        if isinstance(run, str):
+            print(f"advise.py: {run}", file=sys.stderr)
+            continue
+        report = analyse(run, opts)
+        print(describe(report))
+        reports.append(report)
+    if not reports:
+        fail("no run could be read")
+    if opts.json:
+        opts.json.write_text(json.dumps(reports, indent=1, default=str))
+    return reports
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""benchmark/advise.py, the stagnation advisor: its phases on runs written as real TensorBoard event files (improving
+then stalled with large updates, levelling off with shrinking ones, collapsed, never improving), its remedies as
+flags and commands, --follow, a real noisy_sgd run, the labelled runs of claims 2-3 (analyze.py's committed tables),
+its false-alarm rates, and bad input."""
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+from benchmark import advise
+from benchmark.common import ROOT
+from helpers import assert_bad_input, run_copy
+
+BATCH = 1024  # 16 envs x 64 steps
+FLAGS = {"num_envs": 16, "num_steps": 64, "num_minibatches": 8, "ewma_com": 8.0, "clip_coef": 0.2, "scaling_recipe": "none"}
+ARGV = ["--env-id", "CartPole-v1", "--num-envs", "16", "--num-steps", "64", "--num-minibatches", "8", "--ewma-com", "8.0"]
+
+
+def curves(kind, n=200, seed=0):
+    """Per-iteration (score, KL, entropy) of a run of `kind`: the first half improves in every kind but 'never'."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(n, dtype=np.float64)
+    half = n // 2
+    rise = np.where(t < half, 50 * t / half, 50.0)
+    noise = rng.normal(0, 1.0, n)
+    kl, entropy = np.full(n, 0.02) * rng.uniform(0.9, 1.1, n), np.full(n, 1.0)
+    if kind == "stagnated":
+        score = rise + noise
+    elif kind == "levelling":
+        score, kl[half:] = rise + noise, 0.002 * rng.uniform(0.9, 1.1, n - half)
+    elif kind == "collapsed":
+        score, kl[half:], entropy[half:] = rise + noise, 1e-6, 0.01
+    elif kind == "improving":
+        score = 50 * t / half + noise
+    else:  # never: flat and noisy from the start
+        score = 10 + 5 * noise
+    return score, kl, entropy
+
+
+def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True):
+    """A launcher run directory (command.json) whose TensorBoard run logs the curves of `kind` as the scripts do:
+    every iteration its KL, DDR and entropy; its episodes' returns (three an iteration) inside the iteration."""
+    score, kl, entropy = curves(kind)
+    tb = run_dir / "runs" / f"CartPole-v1__{script}__1__1764300000"
+    tb.mkdir(parents=True, exist_ok=True)
+    (run_dir / "command.json").write_text(json.dumps({"name": run_dir.name, "script": script, "argv": ARGV,
+                                                      "resolved": FLAGS, "flags": {}}))
+    writer = EventFileWriter(str(tb))
+    for i in range(len(score) if upto is None else upto):
+        step = (i + 1) * BATCH
+        for offset, value in ((-700, score[i] - 1), (-400, score[i] + 1), (-100, score[i])):
+            writer.add_event(scalar("charts/episodic_return", value, step + offset))
+        for tag, value in (("losses/approx_kl", kl[i]), ("charts/ddr", BATCH / kl[i]), ("losses/entropy", entropy[i])):
+            writer.add_event(scalar(tag, value, step))
+    writer.close()
+    if checkpoint:
+        (tb / "checkpoints").mkdir(exist_ok=True)
+        for i in (40, 160):
+            (tb / "checkpoints" / f"iter_{i}.npz").write_bytes(b"")
+    return tb
+
+
+def scalar(tag, value, step):
+    return Event(wall_time=time.time(), step=int(step), summary=Summary(value=[Summary.Value(tag=tag, simple_value=float(value))]))
+
+
+def report_of(tmp_path, kind, *flags):
+    write_run(tmp_path / kind, kind)
+    (report,) = advise.main([str(tmp_path / kind), *flags])
+    return report
+
+
+def test_a_run_that_stalls_with_large_updates_is_stagnated_and_gets_the_papers_remedies(tmp_path):
+    report = report_of(tmp_path, "stagnated")
+    labels = [p["label"] for p in report["phases"]]
+    assert labels == ["improving", "stagnated"], report["phases"]
+    improving, stagnated = report["phases"]
+    assert stagnated["iterations"][0] in (101, 121) and stagnated["iterations"][1] == 200  # windows of 20 from the end
+    assert stagnated["slope_per_million"][1] < 0 < stagnated["slope_per_million"][2]
+    assert improving["slope_per_million"][1] > 0
+    assert stagnated["evidence"]["charts/ddr"] == pytest.approx(BATCH / 0.02, rel=0.1)
+    assert report["verdict"].startswith("stagnated")
+    scale, step = report["remedies"]
+    # 4x the envs under more-minibatches (the inner loop kept), the DDR that reaches at the plateau's KL
+    assert scale["flags"] == {"--num-envs": 64, "--base-num-envs": 16, "--base-num-minibatches": 8,
+                              "--scaling-recipe": "more-minibatches"}
+    assert f"DDR about {4 * stagnated['evidence']['charts/ddr']:,.0f}" in scale["what"] and scale["new_run"]
+    assert scale["command"].startswith("python cleanrl_scale/ppo_ewma_jax.py --env-id CartPole-v1 --num-steps 64")
+    assert "--num-envs 64" in scale["command"] and "--num-envs 16" not in scale["command"] and "--resume" not in scale["command"]
+    # and a 4x older proximal policy, resumed from the newest checkpoint (iteration 160, not 40)
+    assert step["flags"] == {"--ewma-com": 32.0}
+    assert step["command"].endswith("--ewma-com 32.0 --resume " + str(tmp_path / "stagnated" / "runs" /
+                                    "CartPole-v1__ppo_ewma_jax__1__1764300000" / "checkpoints" / "iter_160.npz"))
+
+
+def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
+    write_run(tmp_path / "run", "stagnated")
+    command = json.loads((tmp_path / "run" / "command.json").read_text())
+    command["resolved"].update(num_envs=8, num_minibatches=32)
+    (tmp_path / "run" / "command.json").write_text(json.dumps(command))
+    (report,) = advise.main([str(tmp_path / "run")])
+    assert report["remedies"][0]["flags"] == {"--num-envs": 32, "--base-num-envs": 8, "--base-num-minibatches": 32,
+                                              "--scaling-recipe": "hybrid", "--hybrid-minibatch-factor": 4}
+
+
+def test_updates_that_shrink_with_the_score_are_levelling_off_with_the_opposite_advice(tmp_path):
+    report = report_of(tmp_path, "levelling")
+    assert [p["label"] for p in report["phases"]] == ["improving", "levelling off"]
+    assert report["verdict"].startswith("levelling off")
+    (remedy,) = report["remedies"]
+    assert remedy["flags"] == {"--ewma-com": 2.0} and "--resume" in remedy["command"]
+
+
+def test_a_collapsed_policy_is_not_called_a_plateau(tmp_path):
+    report = report_of(tmp_path, "collapsed")
+    assert [p["label"] for p in report["phases"]] == ["improving", "collapsed"]
+    assert report["verdict"].startswith("collapsed") and report["remedies"] == []
+    assert report["phases"][1]["evidence"]["losses/entropy"] == pytest.approx(0.01)
+
+
+def test_a_run_still_improving_at_the_end_gets_no_remedy(tmp_path):
+    report = report_of(tmp_path, "improving")
+    assert [p["label"] for p in report["phases"]] == ["improving"]
+    assert report["verdict"].startswith("still improving") and report["remedies"] == []
+
+
+def test_a_noisy_flat_run_that_never_improved_is_not_called_stagnated(tmp_path):
+    """Stagnation needs an improvement before it: a run flat from its start (learning has not begun) is not one."""
+    report = report_of(tmp_path, "never")
+    assert {p["label"] for p in report["phases"]} <= {"not improving yet", "improving", "declining"}
+    assert "stagnated" not in json.dumps(report)
+
+
+def test_json_holds_the_reports_and_a_scripts_own_run_directory_reads_alike(tmp_path):
+    tb = write_run(tmp_path / "launched", "stagnated", checkpoint=False)
+    (from_launcher,) = advise.main([str(tmp_path / "launched"), "--json", str(tmp_path / "advice.json")])
+    assert json.loads((tmp_path / "advice.json").read_text())[0]["phases"] == json.loads(json.dumps(from_launcher["phases"]))
+    (from_tensorboard,) = advise.main([str(tb)])  # runs/<name>: the flags from its hyperparameters text (none here)
+    assert from_tensorboard["phases"] == from_launcher["phases"] and from_tensorboard["script"] == "ppo_ewma_jax"
+    assert all(r["command"] is None for r in from_tensorboard["remedies"])  # no command.json: no command line
+
+
+def test_follow_prints_a_line_when_the_phase_changes(tmp_path):
+    """--follow re-reads a run that is still writing: a line for its first phase, none while it holds, one when the
+    stall starts."""
+    write_run(tmp_path / "run", "stagnated", upto=90, checkpoint=False)
+    process = subprocess.Popen([sys.executable, str(ROOT / "benchmark" / "advise.py"), str(tmp_path / "run"), "--follow",
+                                "1", "--polls", "12"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = process.stdout.readline()
+    assert " run: improving at iteration 90 " in first, first
+    write_run(tmp_path / "run", "stagnated", checkpoint=False)  # the rest of the run, a new event file
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err
+    assert out.count(": stagnated at iteration 200") == 1 and "improving" not in out, out
+
+
+def test_a_real_noisy_sgd_run_stagnates_at_a_large_step_and_improves_at_a_small_one(tmp_path):
+    """The stochastic-optimisation analogue (stagnation App. A), a copy of the script: at step size 0.1 the distance
+    stops falling after about 20 steps while each update keeps its size; at 0.001 it is still falling at step 400."""
+    result = run_copy("noisy_sgd", ["--step-sizes", "0.001", "0.1", "--num-steps", "400"], tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr
+    reports = {r["run"].split("/")[-1]: r for r in advise.main([str(tmp_path), "--window", "5"])}
+    assert [p["label"] for p in reports["eta_0.001"]["phases"]] == ["improving"]
+    large = reports["eta_0.1"]
+    assert large["phases"][0]["label"] == "improving" and large["phases"][-1]["label"] == "stagnated"
+    stalled = sum(p["iterations"][1] - p["iterations"][0] + 1 for p in large["phases"] if p["label"] == "stagnated")
+    assert stalled > 0.8 * 401 and large["step_size"] == "charts/update_norm" and large["script"] == "noisy_sgd"
+
+
+def test_claim_2_and_3_runs_read_as_their_docs_describe_them():
+    """analyze.py's committed tables of the COM grid (claims 2-3, 5 seeds, 1M steps, curves in 50 points): every COM
+    256 seed improves throughout; COM 8's seeds 7 and 9 collapsed mid-run (entropy under 0.01 nats, KL near 0,
+    benchmark/reproduce.md) and the advisor finds each collapse, and no other seed's."""
+    tables = [ROOT / "benchmark" / "reproduce" / f for f in ("claim_2/com_eps_runs.csv.gz", "claim_2/com_eps_entropy_runs.csv.gz",
+                                                             "claim_3/com_eps_approx_kl_runs.csv.gz")]
+    reports = advise.main(["--tables", *map(str, tables), "--window", "8"])
+    by = {(r["run"].split("ewma-com=")[1].split("__")[0], int(r["run"].split("__s")[1].split("__")[0])): r for r in reports}
+    assert len(by) == 15
+    assert all([p["label"] for p in by["256.0", s]["phases"]] == ["improving"] for s in range(6, 11))
+    collapsed = {key for key, r in by.items() if any(p["label"] == "collapsed" for p in r["phases"])}
+    assert collapsed == {("8.0", 7), ("8.0", 9)}
+    for seed in (7, 9):
+        (phase,) = [p for p in by["8.0", seed]["phases"] if p["label"] == "collapsed"]
+        assert phase["evidence"]["losses/entropy"] < 0.01 and phase["evidence"]["losses/approx_kl"] < 1e-6
+
+
+def test_false_alarm_rates_fall_with_the_rise_per_window_and_flat_runs_are_found():
+    opts = advise.build_parser().parse_args(["--simulate"])
+    table = advise.simulate(opts, slopes=(0.0, 0.2, 0.5), trials=200)
+    never = table[table["run"] == "never improved"].iloc[0]
+    table = table[table["run"] != "never improved"].set_index("rise_per_window_sd")
+    assert table.loc[0.0, "windows_called_stagnated"] > 0.75  # a stalled run: found in most windows
+    assert table.loc[4.0, "windows_called_stagnated"] < 0.1  # rising 4 noise SDs a window: rarely called stalled
+    assert table.loc[10.0, "runs_called_stagnated"] < 0.02
+    assert never["runs_called_stagnated"] < 0.05  # a flat run that never improved: hardly ever
+
+
+@pytest.mark.parametrize("flags, text", [
+    (["--window", "4"], "--window must be at least 5"),
+    (["--level", "1"], "--level must be in (0, 1)"),
+    (["--large-step", "nan"], "--large-step must be positive"),
+    (["--patience", "0"], "--patience must be at least 1"),
+    (["--collapse-entropy", "0"], "--collapse-entropy must be in (0, 1)"),
+    (["--collapse-step", "1.5"], "--collapse-step must be in (0, 1)"),
+    (["--scale", "1"], "--scale must be at least 2"),
+    (["--follow", "-1"], "--follow must be >= 0 seconds"),
+    (["--follow", "inf"], "--follow must be >= 0 seconds"),
+    (["--polls", "-2"], "--polls must be >= 0"),
+    ([], "name run directories or --tables"),
+    (["/nonexistent/run"], "/nonexistent/run: no such file or directory"),
+    (["--json", "/nonexistent/a.json", "."], "--json /nonexistent/a.json: no directory /nonexistent"),
+])
+def test_bad_input_is_refused_before_anything_is_read(flags, text, capsys):
+    with pytest.raises(SystemExit) as stop:
+        advise.main(flags)
+    assert stop.value.code == 2 and text in capsys.readouterr().err
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "advise.py"), str(tmp_path), "--window", "0"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert_bad_input(result, tmp_path, "--window must be at least 5")
