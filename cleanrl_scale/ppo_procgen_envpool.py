@@ -692,9 +692,8 @@ def main(args):
                 clipfrac_sum += mb_stats[STATS.index("clipfrac")]
                 minibatch_steps += 1
 
-            # one read per epoch, only with --target-kl
             if args.target_kl is not None and mb_stats[STATS.index("approx_kl")].item() > args.target_kl:
-                break
+                break  # (one read per epoch, only with --target-kl)
 
         # KL(behaviour || updated policy) after the last epoch, exact for a categorical, on the whole batch or a
         # --kl-sample of it; DDR = transitions per iteration / that KL (stagnation §4.4)
@@ -714,8 +713,7 @@ def main(args):
                       & torch.isfinite(mb_stats).all() & torch.isfinite(kl_sum))
             read = torch.cat([mb_stats, torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
                               grad_norm_sum / minibatch_steps, explained_var, finite.float()])]).tolist()  # the one sync
-        # the last minibatch's losses (as CleanRL logs them) and KL, then the iteration's KL on the batch, its mean clip
-        # fraction and gradient norm
+        # the last minibatch's losses and KL (as CleanRL logs them), then the iteration's batch KL, clip fraction, norm
         logged = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl_last_minibatch", "clipfrac_last_minibatch",
                            "approx_kl", "clipfrac", "grad_norm", "explained_variance", "finite"), read))
         if not logged.pop("finite"):
