@@ -22,14 +22,16 @@ look improving or declining at the 5% level); a collapse holds at once. A flat w
 before the run improved; **stagnated** (the paper's plateau: the score stalls while the policy keeps moving) when its
 step is at least `--large-step` of the median step of the windows that improved; else **levelling off** (the updates
 shrank with the score: converged at these settings, or too strongly regularised). Consecutive windows of a label make
-a phase. The advice reads the last phase: stagnated (or declining with large
-steps) gives the paper's remedies (§4.4-5): `--num-envs` x `--scale` under `--scaling-recipe more-minibatches` (hybrid
-where the minibatches would outnumber the envs), the DDR that reaches at the plateau's KL, and a smaller outer step
-from the last checkpoint (`--ewma-com` x `--scale`, or half `--clip-coef`); levelling off gives the opposite direction.
+a phase. The advice reads the last phase: stagnated (or declining with large steps) gives the paper's remedies
+(§4.4-5): `--num-envs` x `--scale` under `--scaling-recipe more-minibatches` from the run's own minibatches and
+learning rate (hybrid where the minibatches would outnumber the envs), the DDR that reaches at most, and a smaller
+outer step from the newest checkpoint (`--ewma-com` x `--scale`, or half `--clip-coef`); levelling off gives the
+opposite direction; a collapse, a larger `--ent-coef` from the checkpoint before it.
 """
 import argparse
 import json
 import math
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmark.analyze import DEFAULT_TAG  # noqa: E402
 from benchmark.common import SCRIPTS, read_tensorboard_run  # noqa: E402
 from benchmark.events import read_merged_scalars  # noqa: E402
+from benchmark.launch import CHECKPOINT  # noqa: E402
 
 STEP_TAGS = ("losses/approx_kl", "charts/update_norm_actor", "charts/update_norm")  # the first a run logs
 SCORE_TAGS = ("charts/solve_rate", "eval/solve_rate_sampled", "charts/episodic_return", "charts/neg_distance")
@@ -84,7 +87,8 @@ class Window:
     stop: int
     slope: tuple  # slope_interval's, or None
     step: float  # median step size (KL of the update)
-    entropy: float
+    entropy: float  # median entropy
+    scores: np.ndarray = None  # the window's per-iteration scores
     label: str = ""
 
 
@@ -97,21 +101,36 @@ def windows_of(run, opts):
     for a, b in zip(edges[:-1], edges[1:]):
         entropy = run["entropy"][a:b] if run["entropy"] is not None else np.array([np.nan])
         out.append(Window(a, b, slope_interval(run["score"][a:b], opts.level), float(np.nanmedian(run["step"][a:b])),
-                          float(np.nanmean(entropy)) if np.isfinite(entropy).any() else np.nan))
+                          float(np.nanmedian(entropy)) if np.isfinite(entropy).any() else np.nan, run["score"][a:b]))
     return out
+
+
+def run_scores(windows, i, opts):
+    return windows[i].scores if opts.patience == 1 else np.concatenate([w.scores for w in windows[i:i + opts.patience]])
+
+
+def trend_holds(scores, trend, opts):
+    """A new trend the windows agree on must hold over their scores together too (two windows that rise each and
+    fall between them are no improvement)."""
+    if trend not in ("improving", "declining"):
+        return True
+    s = slope_interval(scores, opts.level)
+    return s is not None and (s[1] > 0 if trend == "improving" else s[2] < 0)
 
 
 def label_windows(windows, opts):
     """Each window's label, in order (the rule in this file's docstring). First each window's own trend: collapsed,
     improving, declining or flat. A change of trend holds only where the next `--patience` - 1 windows agree (one window
-    of a new trend at the 5% level is what chance gives a run once in 20 windows), the run's first trend included; a
-    collapse, read from entropy and step thresholds, not a test, holds at once. Then a flat window
+    of a new trend at the 5% level is what chance gives a run once in 20 windows) and the slope over them together
+    agrees, the run's first trend included; a collapse, read from entropy and step thresholds against the larger of the
+    first two windows', not a test, holds at once. Then a flat window
     is not improving yet before any window improved, else stagnated or levelling off by its step."""
-    first = windows[0]
+    entropy0 = max((w.entropy for w in windows[:2]), default=np.nan)  # the start: the larger of the first two windows'
+    step0 = max(w.step for w in windows[:2])
     raw = []
     for w in windows:
-        if (np.isfinite(w.entropy) and np.isfinite(first.entropy) and w.entropy < opts.collapse_entropy * first.entropy
-                and w.step < opts.collapse_step * first.step):
+        if (np.isfinite(w.entropy) and np.isfinite(entropy0) and w.entropy < opts.collapse_entropy * entropy0
+                and w.step < opts.collapse_step * step0):
             raw.append("collapsed")
         elif w.slope is None:
             raw.append("no score")
@@ -120,7 +139,8 @@ def label_windows(windows, opts):
     current, improved_steps = "flat", []  # a run starts flat: its first trend needs confirming like any other
     for i, w in enumerate(windows):
         ahead = raw[i:i + opts.patience]
-        if raw[i] != current and ("collapsed" in (raw[i], current) or (len(ahead) == opts.patience and len(set(ahead)) == 1)):
+        if raw[i] != current and ("collapsed" in (raw[i], current) or (len(ahead) == opts.patience and len(set(ahead)) == 1
+                                                                       and trend_holds(run_scores(windows, i, opts), raw[i], opts))):
             current = raw[i]
         if current == "improving":
             improved_steps.append(w.step)
@@ -178,53 +198,62 @@ def phases_of(run, windows, opts):
 # The advice: the paper's remedies as flags
 # ---------------------------------------------------------------------------------------------
 def advise(run, phases, opts):
-    """(what the last phase means, [remedies: {what, flags, command?}])."""
-    last, k = phases[-1], opts.scale
-    flags = run["flags"]
+    """(what the last phase means, [remedies: {what, flags, new_run, command}])."""
+    last, k, flags = phases[-1], opts.scale, run["flags"]
     if last.label == "improving":
         return "still improving at the end: more steps should pay", []
     if last.label in ("not improving yet", "no score"):
         return f"{last.label}: nothing to advise", []
+    com, clip, ent = flags.get("ewma_com"), flags.get("clip_coef"), flags.get("ent_coef")
+    ewma = isinstance(com, (int, float)) and com > 0
+    improved = improving_step(phases)
     if last.label == "collapsed":
-        return ("collapsed: the policy is near deterministic and no longer moves (entropy and KL near zero); not the "
-                "paper's plateau, which scaling does not address. Resume from a checkpoint before the collapse with a "
-                "smaller outer step or a larger --ent-coef"), []
-    big = last.label == "stagnated" or (last.label == "declining" and improving_step(phases) is not None
-                                                  and last.evidence[run["step_tag"]] >= opts.large_step * improving_step(phases))
-    remedies = []
-    com, clip = flags.get("ewma_com"), flags.get("clip_coef")
-    ewma = com not in (None, 0, 0.0)
+        before = [c for c in run["checkpoints"] if c[0] < last.iterations[0]]
+        remedies = [{"what": "a larger entropy bonus from the newest checkpoint before the collapse",
+                     "flags": {"--ent-coef": 2 * ent if ent else 0.01}, "new_run": False,
+                     "checkpoint": before[-1] if before else None}]
+        return ("collapsed: the policy is near deterministic and no longer moves (entropy and KL near zero). Not the "
+                "stagnation paper's plateau (it sets collapse aside, §1): more envs do not address it, and a larger outer "
+                "step pushes further into it (claim 3's collapses came at the weakest regularisation, COM 8)"), \
+            with_commands(run, remedies)
+    if last.label == "declining" and improved is None:
+        return "declining, and never improved: nothing the outer step explains; check the environment and the flags", []
+    big = last.label == "stagnated" or (last.label == "declining" and last.evidence[run["step_tag"]] >= opts.large_step * improved)
+    remedies, newest = [], run["checkpoints"][-1] if run["checkpoints"] else None
     if big:
         meaning = ("stagnated: the score stalls while each update moves the policy as far as while it improved (the "
                    "stagnation paper's plateau: the outer step is too large for the noise of its batch)")
         n, m = flags.get("num_envs"), flags.get("num_minibatches")
-        if n and m:
-            base_n, base_m = (flags["base_num_envs"], flags["base_num_minibatches"]) \
-                if flags.get("scaling_recipe", "none") != "none" else (n, m)
-            scaled = {"--num-envs": n * k, "--base-num-envs": base_n, "--base-num-minibatches": base_m}
-            if m * k > n * k:  # more minibatches than envs: hybrid, b-times bigger minibatches (App. D)
-                b = 2 ** math.ceil(math.log2(m / n))
+        if isinstance(n, int) and isinstance(m, int) and n > 0 and m > 0:
+            # from the run as it trained (its resolved envs, minibatches and learning rate): its inner loop, kept
+            scaled = {"--num-envs": n * k, "--base-num-envs": n, "--base-num-minibatches": m}
+            if m > n:  # more minibatches than envs: hybrid (App. D, a * b = k), b-times bigger minibatches, b <= k
+                b = min(k, 2 ** math.ceil(math.log2(m / n)))
                 scaled.update({"--scaling-recipe": "hybrid", "--hybrid-minibatch-factor": b})
             else:
                 scaled["--scaling-recipe"] = "more-minibatches"
+            if isinstance(flags.get("learning_rate"), float):
+                scaled["--learning-rate"] = flags["learning_rate"]
             ddr = last.evidence.get("charts/ddr")
             remedies.append({"what": f"{k}x the envs, the inner loop kept (stagnation §5)"
-                                     + (f": DDR about {ddr * k:,.0f} at the plateau's KL (now {ddr:,.0f})" if ddr else ""),
+                                     + (f": DDR up to about {ddr * k:,.0f} (now {ddr:,.0f}; as much only if the KL of an "
+                                        "update stays where the clip or COM holds it)" if ddr else ""),
                              "flags": scaled, "new_run": True})
-        if ewma or clip:
+        if ewma or isinstance(clip, float):
             step = {"--ewma-com": com * k} if ewma else {"--clip-coef": clip / 2}
-            remedies.append({"what": "a smaller outer step from the last checkpoint (stagnation §3, Fig. 3a)",
-                             "flags": step, "new_run": False})
+            remedies.append({"what": "a smaller outer step from the newest checkpoint (stagnation §3, Fig. 3a)",
+                             "flags": step, "new_run": False, "checkpoint": newest})
     else:
         meaning = ("levelling off: the updates shrank with the score (converged at these settings, or too strongly "
                    "regularised: a high DDR learns slowly, stagnation §4.4)")
-        if ewma or clip:
-            step = {"--ewma-com": max(1.0, com / k)} if ewma else {"--clip-coef": min(1.0, clip * 2)}
-            remedies.append({"what": "if the score is below what you expect: a larger outer step from the last checkpoint",
-                             "flags": step, "new_run": False})
-    for remedy in remedies:
-        remedy["command"] = command(run, remedy)
-    return meaning, remedies
+        if run["annealed"]:
+            return meaning + ("; but the learning rate was annealed to under half its start, which shrinks the updates "
+                              "too: the two cannot be told apart here"), []
+        if ewma and com / k >= 1 or isinstance(clip, float) and clip < 0.5:
+            step = {"--ewma-com": com / k} if ewma else {"--clip-coef": clip * 2}
+            remedies.append({"what": "if the score is below what you expect: a larger outer step from the newest checkpoint",
+                             "flags": step, "new_run": False, "checkpoint": newest})
+    return meaning, with_commands(run, remedies)
 
 
 def improving_step(phases):
@@ -232,20 +261,46 @@ def improving_step(phases):
     return float(np.median(steps)) if steps else None
 
 
-def command(run, remedy):
-    """The command line of a remedy: the run's own flags (the launcher's command.json) with the remedy's, and for a
-    smaller or larger outer step `--resume` of the run's newest checkpoint; None where the run's flags are unknown."""
-    if run["argv"] is None:
-        return None
-    argv, changed = list(run["argv"]), {flag: str(value) for flag, value in remedy["flags"].items()}
-    for flag in changed:
-        if flag in argv:
-            i = argv.index(flag)
-            del argv[i:i + 2]
-    argv += [x for flag, value in changed.items() for x in (flag, value)]
-    if not remedy["new_run"] and run["checkpoint"]:
-        argv += ["--resume", str(run["checkpoint"])]
-    return " ".join(["python", f"cleanrl_scale/{run['script']}.py", *argv])
+# what a recipe sets (the scripts refuse them beside --scaling-recipe) and what a remedy's run replaces
+SET_BY_RECIPE = ("--num-minibatches", "--minibatch-size", "--hybrid-minibatch-factor", "--learning-rate", "--resume",
+                 "--total-timesteps")
+
+
+def with_commands(run, remedies):
+    """Each remedy's command line: the run's own flags (the launcher's command.json) with the remedy's, quoted for a
+    shell; a new run drops what its recipe sets; a resume names its checkpoint and, where that is the run's last
+    iteration, twice the run's steps (a finished run's checkpoint resumes only with steps left). None where the run's
+    flags are unknown, or a resume has no checkpoint (then `note` says so)."""
+    for remedy in remedies:
+        remedy["command"] = None
+        if not remedy["new_run"] and remedy.get("checkpoint") is None:
+            remedy["note"] = "no checkpoint to resume: rerun with --save-every to have one"
+        if run["argv"] is None or remedy.get("note"):
+            continue
+        finished = not remedy["new_run"] and remedy["checkpoint"][0] >= len(run["step"])
+        drop = set(remedy["flags"]) | (set(SET_BY_RECIPE) if remedy["new_run"] else
+                                       {"--resume"} | ({"--total-timesteps"} if finished else set()))
+        argv, i = [], 0
+        while i < len(run["argv"]):
+            flag = run["argv"][i]
+            values = 1
+            while i + values < len(run["argv"]) and not run["argv"][i + values].startswith("--"):
+                values += 1
+            if flag not in drop:
+                argv += run["argv"][i:i + values]
+            i += values
+        argv += [x for flag, value in remedy["flags"].items() for x in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
+        if not remedy["new_run"]:
+            iteration, path = remedy["checkpoint"]
+            argv += ["--resume", str(path)]
+            if finished:
+                argv += ["--total-timesteps", str(2 * int(run["steps"][-1]))]
+        remedy["command"] = shlex.join(["python", f"cleanrl_scale/{run['script']}.py", *argv])
+        remedy.pop("checkpoint", None)
+    for remedy in remedies:
+        if "checkpoint" in remedy:
+            remedy["checkpoint"] = remedy["checkpoint"] and str(remedy["checkpoint"][1])
+    return remedies
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,11 +316,14 @@ def per_iteration(grid, steps, values):
         return np.where(counts > 0, sums / counts, np.nan)
 
 
-def make_run(name, script, series, flags, argv, checkpoint, tag):
-    """A run as the rule reads it, from {tag: (steps, values)}; a string saying why not, if it cannot be read."""
+def make_run(name, script, series, flags, argv, checkpoints, tag):
+    """A run as the rule reads it, from {tag: (steps, values)}; a string saying why not, if it cannot be read.
+    `checkpoints`: [(iteration, path)], oldest first."""
     step_tag = next((t for t in STEP_TAGS if t in series and len(series[t][0]) >= 2), None)
     if step_tag is None:
         return f"{name}: logs none of {', '.join(STEP_TAGS)} (the size of each update) at two iterations or more"
+    if len(np.unique(series[step_tag][0])) != len(series[step_tag][0]):
+        return f"{name}: logs {step_tag} twice at one step (two runs in one directory, or a restarted one): read apart"
     if tag is None:  # analyze.py's tag for the script where the run logs it, else the first score tag it logs
         default = DEFAULT_TAG.get(script)
         tag = default if default in series else next((t for t in SCORE_TAGS if t in series), None)
@@ -273,12 +331,14 @@ def make_run(name, script, series, flags, argv, checkpoint, tag):
         return f"{name}: logs no score tag ({tag or ', '.join(SCORE_TAGS)})"
     order = np.argsort(series[step_tag][0], kind="stable")
     grid, step = series[step_tag][0][order].astype(np.int64), series[step_tag][1][order]
-    return {"name": name, "script": script, "tag": tag, "step_tag": step_tag, "steps": grid, "step": step,
+    lr = series.get("charts/learning_rate")
+    annealed = lr is not None and len(lr[1]) > 1 and lr[1][np.argmax(lr[0])] < 0.5 * lr[1][np.argmin(lr[0])]
+    return {"name": name, "script": script, "tag": tag, "step_tag": step_tag, "steps": grid, "step": step, "annealed": annealed,
             "batch": float(np.median(np.diff(grid))) if len(grid) > 1 else 0.0,
             "score": per_iteration(grid, *series[tag]),
             "entropy": per_iteration(grid, *series["losses/entropy"]) if "losses/entropy" in series else None,
             "evidence": {name_: per_iteration(grid, *series[t]) if t in series else None for name_, t in EVIDENCE.items()},
-            "flags": flags, "argv": argv, "checkpoint": checkpoint}
+            "flags": flags, "argv": argv, "checkpoints": checkpoints}
 
 
 def parse_hyperparameters(texts):
@@ -288,26 +348,36 @@ def parse_hyperparameters(texts):
         cells = line.strip().strip("|").split("|")
         if len(cells) == 2:
             key, value = cells
-            try:
-                flags[key] = json.loads(value.lower()) if value.lower() in ("true", "false") else float(value) \
-                    if any(c in value for c in ".eE") else int(value)
-            except ValueError:
-                flags[key] = None if value == "None" else value
+            for parse in (int, float):
+                try:
+                    flags[key] = parse(value)
+                    break
+                except ValueError:
+                    flags[key] = {"True": True, "False": False, "None": None}.get(value, value)
     return flags
 
 
 def wanted_tags(tag):
-    return set(STEP_TAGS) | set(SCORE_TAGS) | set(EVIDENCE.values()) | {"losses/entropy"} | ({tag} if tag else set())
+    return set(STEP_TAGS) | set(SCORE_TAGS) | set(EVIDENCE.values()) | {"losses/entropy", "charts/learning_rate"} | \
+        ({tag} if tag else set())
+
+
+def checkpoints_in(directory):
+    """[(iteration, path)] of the checkpoints under a directory, oldest first (launch.py's names: no partial file)."""
+    found = [(int(m[1]), p) for p in directory.glob("**/checkpoints/*") if (m := CHECKPOINT.fullmatch(p.name))]
+    return sorted(found)
 
 
 def read_launched(run_dir, tag):
     """The runs of one launcher run directory (command.json): one per sub-run (a pack's seeds, noisy_sgd's step sizes)."""
-    command = json.loads((run_dir / "command.json").read_text())
+    try:
+        command = json.loads((run_dir / "command.json").read_text())
+        script, flags, argv = command["script"], command.get("resolved", {}), command.get("argv")
+    except (ValueError, KeyError, TypeError) as e:
+        return [f"{run_dir}: its command.json cannot be read ({type(e).__name__}: {e})"]
     merged, _ = read_merged_scalars(run_dir, wanted_tags(tag))
-    checkpoints = sorted(run_dir.glob("runs/*/checkpoints/iter_*"), key=lambda p: (int(p.name.split("_")[1].split(".")[0])))
-    flags = {**command.get("resolved", {}), **{k.replace("-", "_"): v for k, v in command.get("flags", {}).items()}}
-    return [make_run(run_dir.name + (f"/{sub}" if sub else ""), command["script"], series, flags, command.get("argv"),
-                     checkpoints[-1] if checkpoints else None, tag) for sub, series in sorted(merged.items())]
+    return [make_run(run_dir.name + (f"/{sub}" if sub else ""), script, series, flags, argv, checkpoints_in(run_dir), tag)
+            for sub, series in sorted(merged.items())]
 
 
 def read_tensorboard(tb_run, tag):
@@ -318,9 +388,8 @@ def read_tensorboard(tb_run, tag):
     # the script: its exp_name (the scripts' default), else the part of the run's name that names one
     names = [str(flags.get("exp_name") or "")] + tb_run.name.split("__")
     script = next((n for n in names if (SCRIPTS / f"{n}.py").exists()), "")
-    checkpoints = sorted(tb_run.glob("checkpoints/iter_*"), key=lambda p: (int(p.name.split("_")[1].split(".")[0])))
-    return [make_run(tb_run.name + (f"/{sub}" if sub else ""), script, series, flags, None,
-                     checkpoints[-1] if checkpoints else None, tag) for sub, series in sorted(merged.items())]
+    return [make_run(tb_run.name + (f"/{sub}" if sub else ""), script, series, flags, None, checkpoints_in(tb_run), tag)
+            for sub, series in sorted(merged.items())]
 
 
 def read_paths(paths, tag):
@@ -345,16 +414,26 @@ def read_paths(paths, tag):
 
 def read_tables(files, tag):
     """The runs of analyze.py runs.csv tables (its downsampled curves; several files of one grid merge by run)."""
-    frame = pd.concat([pd.read_csv(f) for f in files], ignore_index=True)
+    frames = []
+    for f in files:
+        try:
+            frame = pd.read_csv(f)
+        except (ValueError, OSError, UnicodeDecodeError) as e:  # pandas' parser errors are ValueErrors
+            fail(f"--tables {f}: not a CSV table ({type(e).__name__}: {e})")
+        missing = {"run", "subrun", "tag", "x", "value"} - set(frame.columns)
+        if missing:
+            fail(f"--tables {f}: not analyze.py's runs.csv (no column {', '.join(sorted(missing))})")
+        frames.append(frame)
+    frame = pd.concat(frames, ignore_index=True)
     frame["subrun"] = frame["subrun"].fillna("")
     runs = []
     for (run, sub), rows in frame.groupby(["run", "subrun"], sort=True):
         series = {t: (r["x"].to_numpy(np.int64), r["value"].to_numpy(np.float64)) for t, r in rows.groupby("tag")}
-        script = run.split("__")[0]
-        flags = dict(part.split("=", 1) for part in run.split("__") if "=" in part)
-        flags = {k.replace("-", "_"): (float(v) if any(c in v for c in ".eE") else int(v) if v.isdigit() else v)
-                 for k, v in flags.items()}
-        runs.append(make_run(run + (f"/{sub}" if sub else ""), script, series, flags, None, None, tag))
+        # the flags the run's name shows, read as the hyperparameters text is
+        table = "\n".join(["", ""] + [f"|{k.replace('-', '_')}|{v}|" for k, v in
+                                       (part.split("=", 1) for part in str(run).split("__") if "=" in part)])
+        runs.append(make_run(str(run) + (f"/{sub}" if sub else ""), str(run).split("__")[0], series,
+                             parse_hyperparameters({"hyperparameters": [table]}), None, [], tag))
     return runs
 
 
@@ -384,24 +463,28 @@ def describe(report):
         lines.append(f"     {r['what']}: " + " ".join(f"{f} {v:g}" if isinstance(v, float) else f"{f} {v}" for f, v in r["flags"].items()))
         if r["command"]:
             lines.append(f"       {r['command']}")
+        if r.get("note"):
+            lines.append(f"       ({r['note']})")
     return "\n".join(lines)
 
 
 def follow(opts):
-    """Re-read the runs every opts.follow seconds; print a line when a run's last window changes its label."""
+    """Re-read the runs every opts.follow seconds; print a line when a run's last phase (as its report gives it)
+    changes its label."""
     seen, polls = {}, 0
     while True:
         for run in gather(opts):
             if isinstance(run, str):
                 continue
-            windows = label_windows(windows_of(run, opts), opts)
-            now = (windows[-1].label, windows[-1].stop)
-            if seen.get(run["name"], (None,))[0] != now[0]:
-                w = windows[-1]
-                slope = f"{w.slope[0]:+.3g}/iteration [{w.slope[1]:+.3g}, {w.slope[2]:+.3g}]" if w.slope else "no slope"
-                print(f"{time.strftime('%H:%M:%S')} {run['name']}: {now[0]} at iteration {now[1]} (score {slope}, "
-                      f"{run['step_tag'].split('/')[-1]} {w.step:.3g})", flush=True)
-            seen[run["name"]] = now
+            phases = phases_of(run, label_windows(windows_of(run, opts), opts), opts)
+            last = phases[-1]
+            if seen.get(run["name"]) != last.label:
+                slope = last.slope_per_million
+                shown = f"{slope[0]:+.3g} per 1M steps [{slope[1]:+.3g}, {slope[2]:+.3g}]" if slope else "no slope"
+                print(f"{time.strftime('%H:%M:%S')} {run['name']}: {last.label} at iteration {last.iterations[1]} "
+                      f"(since iteration {last.iterations[0]}; score {shown}; {run['step_tag'].split('/')[-1]} "
+                      f"{last.evidence[run['step_tag']]:.3g})", flush=True)
+            seen[run["name"]] = last.label
         polls += 1
         if opts.polls and polls >= opts.polls:
             return
@@ -449,8 +532,13 @@ def gather(opts):
     return read_tables(opts.tables, opts.tag) if opts.tables else read_paths(opts.paths, opts.tag)
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own errors as the bad-input rule's one line
+        fail(message)
+
+
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="*", type=Path, help="run directories, grids, stores or TensorBoard runs")
     p.add_argument("--tables", nargs="+", type=Path, help="analyze.py runs.csv(.gz) files to read instead of runs")
     p.add_argument("--tag", help="the score (default: analyze.py's tag for the script, else the first of "
@@ -480,12 +568,14 @@ def check(opts):
                                   ("--patience", opts.patience, opts.patience >= 1, "at least 1"),
                                   ("--collapse-entropy", opts.collapse_entropy, 0 < opts.collapse_entropy < 1, "in (0, 1)"),
                                   ("--collapse-step", opts.collapse_step, 0 < opts.collapse_step < 1, "in (0, 1)"),
-                                  ("--scale", opts.scale, opts.scale >= 2, "at least 2"),
+                                  ("--scale", opts.scale, 2 <= opts.scale <= 1024, "in [2, 1024]"),
                                   ("--follow", opts.follow, math.isfinite(opts.follow) and opts.follow >= 0, ">= 0 seconds"),
                                   ("--polls", opts.polls, opts.polls >= 0, ">= 0")):
         if not ok:
             fail(f"{flag} must be {rule} (got {value})")
     if opts.simulate:
+        if opts.paths or opts.tables or opts.follow:
+            fail("--simulate reads no runs (no paths, --tables or --follow with it)")
         return
     if bool(opts.paths) == bool(opts.tables):
         fail("name run directories or --tables (one of the two)")
@@ -494,6 +584,10 @@ def check(opts):
             fail(f"{path}: no such file or directory")
     if opts.json and not opts.json.parent.is_dir():
         fail(f"--json {opts.json}: no directory {opts.json.parent}")
+    if opts.json and opts.json.is_dir():
+        fail(f"--json {opts.json} is a directory, not a file")
+    if opts.json and opts.follow:
+        fail("--json writes a report; --follow prints phase changes (one of the two)")
     if opts.tables and opts.follow:
         fail("--follow reads runs, not --tables")
 

@@ -3,6 +3,7 @@ then stalled with large updates, levelling off with shrinking ones, collapsed, n
 flags and commands, --follow, a real noisy_sgd run, the labelled runs of claims 2-3 (analyze.py's committed tables),
 its false-alarm rates, and bad input."""
 import json
+import shlex
 import subprocess
 import sys
 import time
@@ -15,11 +16,13 @@ from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from benchmark import advise
 from benchmark.common import ROOT
-from helpers import assert_bad_input, run_copy
+from helpers import assert_bad_input, load_script, refusal, run_copy
 
 BATCH = 1024  # 16 envs x 64 steps
-FLAGS = {"num_envs": 16, "num_steps": 64, "num_minibatches": 8, "ewma_com": 8.0, "clip_coef": 0.2, "scaling_recipe": "none"}
-ARGV = ["--env-id", "CartPole-v1", "--num-envs", "16", "--num-steps", "64", "--num-minibatches", "8", "--ewma-com", "8.0"]
+FLAGS = {"num_envs": 16, "num_steps": 64, "num_minibatches": 8, "ewma_com": 8.0, "clip_coef": 0.2, "scaling_recipe": "none",
+         "learning_rate": 0.0003, "ent_coef": 0.01}  # command.json's "resolved"
+ARGV = ["--env-id", "CartPole-v1", "--num-envs", "16", "--num-steps", "64", "--num-minibatches", "8", "--ewma-com", "8.0",
+        "--total-timesteps", "204800"]
 
 
 def curves(kind, n=200, seed=0):
@@ -38,6 +41,8 @@ def curves(kind, n=200, seed=0):
         score, kl[half:], entropy[half:] = rise + noise, 1e-6, 0.01
     elif kind == "improving":
         score = 50 * t / half + noise
+    elif kind == "declining":
+        score = 50 - 50 * t / half + noise
     else:  # never: flat and noisy from the start
         score = 10 + 5 * noise
     return score, kl, entropy
@@ -87,16 +92,23 @@ def test_a_run_that_stalls_with_large_updates_is_stagnated_and_gets_the_papers_r
     assert stagnated["evidence"]["charts/ddr"] == pytest.approx(BATCH / 0.02, rel=0.1)
     assert report["verdict"].startswith("stagnated")
     scale, step = report["remedies"]
-    # 4x the envs under more-minibatches (the inner loop kept), the DDR that reaches at the plateau's KL
+    # 4x the envs under more-minibatches (the inner loop kept: the run's minibatches and learning rate as the base),
+    # the DDR that reaches at the plateau's KL if the KL holds
     assert scale["flags"] == {"--num-envs": 64, "--base-num-envs": 16, "--base-num-minibatches": 8,
-                              "--scaling-recipe": "more-minibatches"}
-    assert f"DDR about {4 * stagnated['evidence']['charts/ddr']:,.0f}" in scale["what"] and scale["new_run"]
-    assert scale["command"].startswith("python cleanrl_scale/ppo_ewma_jax.py --env-id CartPole-v1 --num-steps 64")
-    assert "--num-envs 64" in scale["command"] and "--num-envs 16" not in scale["command"] and "--resume" not in scale["command"]
-    # and a 4x older proximal policy, resumed from the newest checkpoint (iteration 160, not 40)
+                              "--scaling-recipe": "more-minibatches", "--learning-rate": 0.0003}
+    assert f"DDR up to about {4 * stagnated['evidence']['charts/ddr']:,.0f}" in scale["what"] and scale["new_run"]
+    argv = shlex.split(scale["command"])
+    assert argv[:2] == ["python", "cleanrl_scale/ppo_ewma_jax.py"] and "--num-minibatches" not in argv
+    assert argv[argv.index("--num-envs") + 1] == "64" and argv.count("--num-envs") == 1 and "--resume" not in argv
+    # the script's own flag checks take the new run's flags (its recipe sets the minibatches: they are dropped)
+    assert refusal(load_script("ppo_ewma_jax"), argv[2:]) is None
+    # and a 4x older proximal policy, resumed from the newest checkpoint (iteration 160, not 40; the run has 200)
     assert step["flags"] == {"--ewma-com": 32.0}
-    assert step["command"].endswith("--ewma-com 32.0 --resume " + str(tmp_path / "stagnated" / "runs" /
-                                    "CartPole-v1__ppo_ewma_jax__1__1764300000" / "checkpoints" / "iter_160.npz"))
+    argv = shlex.split(step["command"])
+    assert argv[argv.index("--ewma-com") + 1] == "32" and argv.count("--ewma-com") == 1
+    assert argv[argv.index("--resume") + 1] == str(tmp_path / "stagnated" / "runs" / "CartPole-v1__ppo_ewma_jax__1__1764300000"
+                                                   / "checkpoints" / "iter_160.npz")
+    assert argv[argv.index("--total-timesteps") + 1] == "204800"  # the run's own: its checkpoint has steps left
 
 
 def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
@@ -106,7 +118,8 @@ def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
     (tmp_path / "run" / "command.json").write_text(json.dumps(command))
     (report,) = advise.main([str(tmp_path / "run")])
     assert report["remedies"][0]["flags"] == {"--num-envs": 32, "--base-num-envs": 8, "--base-num-minibatches": 32,
-                                              "--scaling-recipe": "hybrid", "--hybrid-minibatch-factor": 4}
+                                              "--scaling-recipe": "hybrid", "--hybrid-minibatch-factor": 4,
+                                              "--learning-rate": 0.0003}
 
 
 def test_updates_that_shrink_with_the_score_are_levelling_off_with_the_opposite_advice(tmp_path):
@@ -120,8 +133,32 @@ def test_updates_that_shrink_with_the_score_are_levelling_off_with_the_opposite_
 def test_a_collapsed_policy_is_not_called_a_plateau(tmp_path):
     report = report_of(tmp_path, "collapsed")
     assert [p["label"] for p in report["phases"]] == ["improving", "collapsed"]
-    assert report["verdict"].startswith("collapsed") and report["remedies"] == []
+    assert report["verdict"].startswith("collapsed")
     assert report["phases"][1]["evidence"]["losses/entropy"] == pytest.approx(0.01)
+    # a larger entropy bonus from the newest checkpoint before the collapse (iteration 40 of the run's 40 and 160)
+    (remedy,) = report["remedies"]
+    assert remedy["flags"] == {"--ent-coef": 0.02} and remedy["command"].split("--resume ")[1].endswith("iter_40.npz")
+
+
+def test_a_run_declining_from_its_start_gets_no_step_advice(tmp_path):
+    report = report_of(tmp_path, "declining")
+    assert [p["label"] for p in report["phases"]] == ["declining"]
+    assert report["verdict"].startswith("declining, and never improved") and report["remedies"] == []
+
+
+def test_a_finished_runs_checkpoint_resumes_with_steps_left_and_no_checkpoint_gives_no_command(tmp_path):
+    tb = write_run(tmp_path / "run", "stagnated")
+    (tb / "checkpoints" / "iter_200.npz").write_bytes(b"")  # the last iteration's
+    (tb / "checkpoints" / "iter_201.npz.tmp.npz").write_bytes(b"")  # a partial write is no checkpoint
+    (report,) = advise.main([str(tmp_path / "run")])
+    argv = shlex.split(report["remedies"][1]["command"])
+    assert argv[argv.index("--resume") + 1].endswith("iter_200.npz")
+    assert argv[argv.index("--total-timesteps") + 1] == str(2 * 200 * BATCH)
+    write_run(tmp_path / "bare", "stagnated", checkpoint=False)
+    (report,) = advise.main([str(tmp_path / "bare")])
+    scale, step = report["remedies"]
+    assert scale["command"] is not None  # a new run needs no checkpoint
+    assert step["command"] is None and step["note"] == "no checkpoint to resume: rerun with --save-every to have one"
 
 
 def test_a_run_still_improving_at_the_end_gets_no_remedy(tmp_path):
@@ -168,7 +205,8 @@ def test_a_real_noisy_sgd_run_stagnates_at_a_large_step_and_improves_at_a_small_
     reports = {r["run"].split("/")[-1]: r for r in advise.main([str(tmp_path), "--window", "5"])}
     assert [p["label"] for p in reports["eta_0.001"]["phases"]] == ["improving"]
     large = reports["eta_0.1"]
-    assert large["phases"][0]["label"] == "improving" and large["phases"][-1]["label"] == "stagnated"
+    labels = [p["label"] for p in large["phases"]]
+    assert "improving" in labels and labels.index("improving") < labels.index("stagnated") and labels[-1] == "stagnated"
     stalled = sum(p["iterations"][1] - p["iterations"][0] + 1 for p in large["phases"] if p["label"] == "stagnated")
     assert stalled > 0.8 * 401 and large["step_size"] == "charts/update_norm" and large["script"] == "noisy_sgd"
 
@@ -208,7 +246,8 @@ def test_false_alarm_rates_fall_with_the_rise_per_window_and_flat_runs_are_found
     (["--patience", "0"], "--patience must be at least 1"),
     (["--collapse-entropy", "0"], "--collapse-entropy must be in (0, 1)"),
     (["--collapse-step", "1.5"], "--collapse-step must be in (0, 1)"),
-    (["--scale", "1"], "--scale must be at least 2"),
+    (["--scale", "1"], "--scale must be in [2, 1024]"),
+    (["--scale", "2.5"], "argument --scale: invalid int value: '2.5'"),
     (["--follow", "-1"], "--follow must be >= 0 seconds"),
     (["--follow", "inf"], "--follow must be >= 0 seconds"),
     (["--polls", "-2"], "--polls must be >= 0"),
