@@ -3,6 +3,7 @@ then stalled with large updates, levelling off with shrinking ones, collapsed, n
 flags and commands, --follow, a real noisy_sgd run, the labelled runs of claims 2-3 (analyze.py's committed tables),
 its false-alarm rates, and bad input."""
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -191,7 +192,10 @@ def test_follow_prints_a_line_when_the_phase_changes(tmp_path):
                                 "1", "--polls", "12"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = process.stdout.readline()
     assert " run: improving at iteration 90 " in first, first
-    write_run(tmp_path / "run", "stagnated", checkpoint=False)  # the rest of the run, a new event file
+    # the rest of the run, a new event file moved in whole (a poll never reads half of it)
+    staged = write_run(tmp_path / "staging", "stagnated", checkpoint=False)
+    (event_file,) = staged.glob("events.out.tfevents.*")
+    os.replace(event_file, tmp_path / "run" / "runs" / staged.name / event_file.name)
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
     assert out.count(": stagnated at iteration 200") == 1 and "improving" not in out, out
