@@ -380,15 +380,28 @@ def read_launched(run_dir, tag):
             for sub, series in sorted(merged.items())]
 
 
+def attempts_of(tb_run):
+    """The TensorBoard runs of one run in a script's runs/: its own and those whose names differ from it only in the
+    time stamp (`<env>__<exp>__<seed>__<time>`: a resumed run writes a new one), oldest first."""
+    stem = tb_run.name.rsplit("__", 1)[0] if tb_run.name.rsplit("__", 1)[-1].isdigit() else tb_run.name
+    same = [d for d in tb_run.parent.iterdir() if d.is_dir() and d.name.rsplit("__", 1)[0] == stem
+            and d.name.rsplit("__", 1)[-1].isdigit()]
+    return sorted(set(same) | {tb_run}, key=lambda d: d.name)
+
+
 def read_tensorboard(tb_run, tag):
-    """The runs of one of a script's TensorBoard runs (runs/<name>): its flags from its hyperparameters text."""
-    merged, _ = read_merged_scalars(tb_run.parent.parent, wanted_tags(tag), only=tb_run.name)
+    """The runs of one of a script's TensorBoard runs (runs/<name>) and its resumed attempts, merged as a launched
+    run's are: its flags from its newest attempt's hyperparameters text."""
+    attempts = attempts_of(tb_run)
+    tb_run = attempts[-1]
+    merged, _ = read_merged_scalars(tb_run.parent.parent, wanted_tags(tag), only={d.name for d in attempts})
     _, texts = read_tensorboard_run(tb_run)
     flags = parse_hyperparameters(texts)
     # the script: its exp_name (the scripts' default), else the part of the run's name that names one
     names = [str(flags.get("exp_name") or "")] + tb_run.name.split("__")
     script = next((n for n in names if (SCRIPTS / f"{n}.py").exists()), "")
-    return [make_run(tb_run.name + (f"/{sub}" if sub else ""), script, series, flags, None, checkpoints_in(tb_run), tag)
+    checkpoints = sorted(c for d in attempts for c in checkpoints_in(d))
+    return [make_run(tb_run.name + (f"/{sub}" if sub else ""), script, series, flags, None, checkpoints, tag)
             for sub, series in sorted(merged.items())]
 
 
@@ -405,7 +418,8 @@ def read_paths(paths, tag):
         elif path.parent.name == "runs" and list(path.rglob("events.out.tfevents.*")):
             runs += read_tensorboard(path, tag)
         elif (path / "runs").is_dir() and list((path / "runs").rglob("events.out.tfevents.*")):
-            for d in sorted(p for p in (path / "runs").iterdir() if p.is_dir()):
+            newest = {attempts_of(d)[-1] for d in (path / "runs").iterdir() if d.is_dir()}  # a run and its resumptions once
+            for d in sorted(newest):
                 runs += read_tensorboard(d, tag)
         else:
             runs.append(f"{path}: no run (no command.json, no runs/ with event files)")

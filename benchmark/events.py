@@ -124,11 +124,12 @@ def read_merged_scalars(run_dir, tags, prefixes=(), only=None):
     launcher's store, its TensorBoard runs under runs/); attempts (a run resumed from a
     checkpoint writes a new TensorBoard run) are merged in the order they started: each replaces the earlier
     ones' values from its first logged step on. The sub-run is the event file's directory below its TensorBoard run.
-    `only`: the one TensorBoard run under runs/ to read (a script's working directory holds several runs)."""
+    `only`: the TensorBoard runs under runs/ to read, a collection of names (a script's working directory holds
+    several runs)."""
     attempts = {}
     for file in Path(run_dir, "runs").rglob("events.out.tfevents.*"):
         tb_run = file.relative_to(Path(run_dir, "runs")).parts[0]
-        if only is not None and tb_run != only:
+        if only is not None and tb_run not in only:
             continue
         started = int(file.name.split(".")[3]) if file.name.split(".")[3].isdigit() else 0
         attempts.setdefault(tb_run, []).append((started, file))

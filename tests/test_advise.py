@@ -49,16 +49,17 @@ def curves(kind, n=200, seed=0):
     return score, kl, entropy
 
 
-def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True):
+def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, start=0, stamp=1764300000):
     """A launcher run directory (command.json) whose TensorBoard run logs the curves of `kind` as the scripts do:
-    every iteration its KL, DDR and entropy; its episodes' returns (three an iteration) inside the iteration."""
+    every iteration its KL, DDR and entropy; its episodes' returns (three an iteration) inside the iteration.
+    `start`, `upto`: the iterations it logs; `stamp`: its name's time stamp (a resumed run writes a new one)."""
     score, kl, entropy = curves(kind)
-    tb = run_dir / "runs" / f"CartPole-v1__{script}__1__1764300000"
+    tb = run_dir / "runs" / f"CartPole-v1__{script}__1__{stamp}"
     tb.mkdir(parents=True, exist_ok=True)
     (run_dir / "command.json").write_text(json.dumps({"name": run_dir.name, "script": script, "argv": ARGV,
                                                       "resolved": FLAGS, "flags": {}}))
     writer = EventFileWriter(str(tb))
-    for i in range(len(score) if upto is None else upto):
+    for i in range(start, len(score) if upto is None else upto):
         step = (i + 1) * BATCH
         for offset, value in ((-700, score[i] - 1), (-400, score[i] + 1), (-100, score[i])):
             writer.add_event(scalar("charts/episodic_return", value, step + offset))
@@ -182,6 +183,18 @@ def test_json_holds_the_reports_and_a_scripts_own_run_directory_reads_alike(tmp_
     (from_tensorboard,) = advise.main([str(tb)])  # runs/<name>: the flags from its hyperparameters text (none here)
     assert from_tensorboard["phases"] == from_launcher["phases"] and from_tensorboard["script"] == "ppo_ewma_jax"
     assert all(r["command"] is None for r in from_tensorboard["remedies"])  # no command.json: no command line
+
+
+def test_a_scripts_own_resumed_run_is_read_as_one(tmp_path):
+    """A resumed run writes a new TensorBoard run (a new time stamp): the attempts of one run are merged as a launched
+    run's are, whichever of them is named, and the newest checkpoint is the resumed attempt's."""
+    first = write_run(tmp_path / "work", "stagnated", upto=120, checkpoint=False)
+    resumed = write_run(tmp_path / "work", "stagnated", start=120, stamp=1764309999)
+    (tmp_path / "work" / "command.json").unlink()  # a script's working directory: its runs/ and nothing else
+    (whole,) = advise.main([str(tmp_path / "work")])
+    assert whole["iterations"] == 200 and [p["label"] for p in whole["phases"]] == ["improving", "stagnated"]
+    (named,) = advise.main([str(first)])
+    assert named["run"] == resumed.name and named["phases"] == whole["phases"]
 
 
 def test_follow_prints_a_line_when_the_phase_changes(tmp_path):
