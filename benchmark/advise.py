@@ -51,7 +51,6 @@ from benchmark.launch import CHECKPOINT  # noqa: E402
 STEP_TAGS = ("losses/approx_kl", "charts/update_norm_actor", "charts/update_norm")  # the first a run logs
 SCORE_TAGS = ("charts/solve_rate", "eval/solve_rate_sampled", "charts/episodic_return", "charts/neg_distance")
 EVIDENCE = {"ddr": "charts/ddr", "entropy": "losses/entropy", "update_norm_actor": "charts/update_norm_actor"}
-LABELS = ("improving", "declining", "stagnated", "levelling off", "collapsed", "not improving yet", "no score")
 
 
 def fail(message):
@@ -105,10 +104,6 @@ def windows_of(run, opts):
     return out
 
 
-def run_scores(windows, i, opts):
-    return windows[i].scores if opts.patience == 1 else np.concatenate([w.scores for w in windows[i:i + opts.patience]])
-
-
 def trend_holds(scores, trend, opts):
     """A new trend the windows agree on must hold over their scores together too (two windows that rise each and
     fall between them are no improvement)."""
@@ -139,8 +134,9 @@ def label_windows(windows, opts):
     current, improved_steps = "flat", []  # a run starts flat: its first trend needs confirming like any other
     for i, w in enumerate(windows):
         ahead = raw[i:i + opts.patience]
-        if raw[i] != current and ("collapsed" in (raw[i], current) or (len(ahead) == opts.patience and len(set(ahead)) == 1
-                                                                       and trend_holds(run_scores(windows, i, opts), raw[i], opts))):
+        agreed = len(ahead) == opts.patience and len(set(ahead)) == 1 and \
+            trend_holds(np.concatenate([v.scores for v in windows[i:i + opts.patience]]), raw[i], opts)
+        if raw[i] != current and ("collapsed" in (raw[i], current) or agreed):
             current = raw[i]
         if current == "improving":
             improved_steps.append(w.step)
@@ -272,12 +268,12 @@ def with_commands(run, remedies):
     iteration, twice the run's steps (a finished run's checkpoint resumes only with steps left). None where the run's
     flags are unknown, or a resume has no checkpoint (then `note` says so)."""
     for remedy in remedies:
-        remedy["command"] = None
-        if not remedy["new_run"] and remedy.get("checkpoint") is None:
+        checkpoint, remedy["command"] = remedy.pop("checkpoint", None), None  # (iteration, path)
+        if not remedy["new_run"] and checkpoint is None:
             remedy["note"] = "no checkpoint to resume: rerun with --save-every to have one"
         if run["argv"] is None or remedy.get("note"):
             continue
-        finished = not remedy["new_run"] and remedy["checkpoint"][0] >= len(run["step"])
+        finished = not remedy["new_run"] and checkpoint[0] >= len(run["step"])
         drop = set(remedy["flags"]) | (set(SET_BY_RECIPE) if remedy["new_run"] else
                                        {"--resume"} | ({"--total-timesteps"} if finished else set()))
         argv, i = [], 0
@@ -291,15 +287,10 @@ def with_commands(run, remedies):
             i += values
         argv += [x for flag, value in remedy["flags"].items() for x in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
         if not remedy["new_run"]:
-            iteration, path = remedy["checkpoint"]
-            argv += ["--resume", str(path)]
+            argv += ["--resume", str(checkpoint[1])]
             if finished:
                 argv += ["--total-timesteps", str(2 * int(run["steps"][-1]))]
         remedy["command"] = shlex.join(["python", f"cleanrl_scale/{run['script']}.py", *argv])
-        remedy.pop("checkpoint", None)
-    for remedy in remedies:
-        if "checkpoint" in remedy:
-            remedy["checkpoint"] = remedy["checkpoint"] and str(remedy["checkpoint"][1])
     return remedies
 
 
