@@ -46,6 +46,11 @@ RTOL = {"losses/grad_norm": 1e-3}
 NETWORKS = {"ppo_atari_envpool": ["agent"], "pqn_atari": ["q_network"], "ppo_rnd": ["agent", "rnd_model"],
             "ppo_procgen_envpool": ["agent"]}  # the networks' keys in a checkpoint
 TIMINGS = ("charts/SPS", "charts/first_iteration_seconds")  # wall times: never the same twice
+# B.4's gradient kurtosis is of log(|g| + 1e-8): the gradient's tiniest entries weigh most, sums that cancel to 1e-8
+# and below, whose rounding follows the order in which the convolution's backward pass reduces over threads. On CI (an
+# Intel Xeon) a resumed pqn_atari run logged 1.3763452 at iteration 4 where the run it continues logged 1.3763442
+# (7e-7 apart), every loss and norm of both runs equal to the last bit
+KURTOSIS_RTOL = 1e-5
 
 
 def run_tiny(script, flags, workdir, extra_env=None):
@@ -60,6 +65,16 @@ def logged(run_dir, after=-1):
     scalars, _ = read_tensorboard_run(run_dir)
     pairs = {tag: [(e.step, e.value) for e in events if e.step > after] for tag, events in scalars.items() if tag not in TIMINGS}
     return {tag: p for tag, p in pairs.items() if p}
+
+
+def assert_same_events(got, expected):
+    """Two logged() reads: the same tags at the same steps, every value equal to the last bit but the gradient
+    kurtosis, within KURTOSIS_RTOL."""
+    kurtosis = "dynamics/grad_kurtosis"
+    assert {t: [s for s, _ in p] for t, p in got.items()} == {t: [s for s, _ in p] for t, p in expected.items()}
+    assert {t: p for t, p in got.items() if t != kurtosis} == {t: p for t, p in expected.items() if t != kurtosis}
+    if kurtosis in expected:
+        np.testing.assert_allclose([v for _, v in got[kurtosis]], [v for _, v in expected[kurtosis]], rtol=KURTOSIS_RTOL)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -104,9 +119,10 @@ def test_saving_the_coverage_states_changes_no_logged_value(uninterrupted, tmp_p
 
 
 def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
-    """Every event after the checkpoint (iteration 2, step 256), at the same steps, every tag: the same values. The
-    checkpoint's Adam moments are made contiguous first, as a CUDA run saves them: the CPU run's conv weights are
-    channels_last, and Adam's fused CPU kernel reads a moment by the memory order of its parameter."""
+    """Every event after the checkpoint (iteration 2, step 256), at the same steps, every tag: the same values (the
+    gradient kurtosis within KURTOSIS_RTOL). The checkpoint's Adam moments are made contiguous first, as a CUDA run
+    saves them: the CPU run's conv weights are channels_last, and Adam's fused CPU kernel reads a moment by the memory
+    order of its parameter."""
     script, ((run_dir, _), _) = uninterrupted
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["iter_2.pt", "iter_4.pt", "iter_5.pt"]
     saved = torch.load(run_dir / "checkpoints" / "iter_2.pt", weights_only=False)
@@ -119,7 +135,7 @@ def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
     assert "resuming" in result.stdout and "fresh episodes" in result.stdout and "flags changed" not in result.stdout
     resumed = logged(run_dirs(tmp_path)[0])
     assert [step for step, _ in resumed["losses/grad_norm"]] == [384, 512, 640]  # iterations 3, 4, 5
-    assert resumed == logged(run_dir, after=256)
+    assert_same_events(resumed, logged(run_dir, after=256))
     after = read_coverage(run_dir.parent.parent)
     assert read_coverage(tmp_path).tobytes() == after[after["iteration"] > 2].tobytes()  # iteration 4's states
 
@@ -160,7 +176,7 @@ def test_compiled_and_eager_agree_and_a_compiled_resume_continues_exactly(script
     resumed, _ = run_tiny(script, flags + ["--compile", "--resume", runs["compiled"] / "checkpoints" / "iter_2.pt"],
                         tmp_path / "resumed", env)
     assert "resuming" in resumed.stdout
-    assert logged(run_dirs(tmp_path / "resumed")[0]) == logged(runs["compiled"], after=256)  # iteration 3, every tag
+    assert_same_events(logged(run_dirs(tmp_path / "resumed")[0]), logged(runs["compiled"], after=256))  # iteration 3
     # and an eager run's checkpoint resumes compiled (the learning rate becomes a tensor, the optimiser's state is kept)
     crossed, logs = run_tiny(script, flags + ["--compile", "--resume", runs["eager"] / "checkpoints" / "iter_2.pt"],
                            tmp_path / "crossed", env)
