@@ -24,9 +24,10 @@ step is at least `--large-step` of the median step of the windows that improved;
 shrank with the score: converged at these settings, or too strongly regularised). Consecutive windows of a label make
 a phase. The advice reads the last phase: stagnated (or declining with large steps) gives the paper's remedies
 (§4.4-5): `--num-envs` x `--scale` under `--scaling-recipe more-minibatches` from the run's own minibatches and
-learning rate (hybrid where the minibatches would outnumber the envs), the DDR that reaches at most, and a smaller
-outer step from the newest checkpoint (`--ewma-com` x `--scale`, or half `--clip-coef`); levelling off gives the
-opposite direction; a collapse, a larger `--ent-coef` from the checkpoint before it.
+learning rate (hybrid where the minibatches would outnumber the envs) for as many iterations, the DDR that reaches at
+most, and a smaller outer step from the newest checkpoint (`--ewma-com` x `--scale`, or half `--clip-coef`; a packed
+seed's resume is its pack's); levelling off gives the opposite direction; a collapse, a larger `--ent-coef` from the
+checkpoint before it.
 """
 import argparse
 import json
@@ -230,8 +231,10 @@ def advise(run, phases, opts):
                 scaled["--scaling-recipe"] = "more-minibatches"
             if isinstance(flags.get("learning_rate"), float):
                 scaled["--learning-rate"] = flags["learning_rate"]
+            if isinstance(flags.get("total_timesteps"), int):  # the run's iterations, each with k times the data
+                scaled["--total-timesteps"] = flags["total_timesteps"] * k
             ddr = last.evidence.get("charts/ddr")
-            remedies.append({"what": f"{k}x the envs, the inner loop kept (stagnation §5)"
+            remedies.append({"what": f"{k}x the envs, the inner loop kept (stagnation §5), as many iterations"
                                      + (f": DDR up to about {ddr * k:,.0f} (now {ddr:,.0f}; as much only if the KL of an "
                                         "update stays where the clip or COM holds it)" if ddr else ""),
                              "flags": scaled, "new_run": True})
@@ -265,27 +268,35 @@ SET_BY_RECIPE = ("--num-minibatches", "--minibatch-size", "--hybrid-minibatch-fa
 def with_commands(run, remedies):
     """Each remedy's command line: the run's own flags (the launcher's command.json) with the remedy's, quoted for a
     shell; a new run drops what its recipe sets; a resume names its checkpoint and, where that is the run's last
-    iteration, twice the run's steps (a finished run's checkpoint resumes only with steps left). None where the run's
+    iteration, twice the run's steps (a finished run's checkpoint resumes only with steps left); a packed run's resume is
+    its pack's (the first run's flags, --num-seeds: its checkpoint holds every seed of the pack). None where the run's
     flags are unknown, or a resume has no checkpoint (then `note` says so)."""
     for remedy in remedies:
         checkpoint, remedy["command"] = remedy.pop("checkpoint", None), None  # (iteration, path)
         if not remedy["new_run"] and checkpoint is None:
             remedy["note"] = "no checkpoint to resume: rerun with --save-every to have one"
-        if run["argv"] is None or remedy.get("note"):
+        packed = run["pack"] is not None and not remedy["new_run"]
+        own = run["pack"][1] if packed else run["argv"]
+        if own is None or remedy.get("note"):
             continue
         finished = not remedy["new_run"] and checkpoint[0] >= len(run["step"])
         drop = set(remedy["flags"]) | (set(SET_BY_RECIPE) if remedy["new_run"] else
-                                       {"--resume"} | ({"--total-timesteps"} if finished else set()))
+                                       {"--resume", "--num-seeds"} | ({"--total-timesteps"} if finished else set()))
         argv, i = [], 0
-        while i < len(run["argv"]):
-            flag = run["argv"][i]
+        while i < len(own):
+            flag = own[i]
             values = 1
-            while i + values < len(run["argv"]) and not run["argv"][i + values].startswith("--"):
+            while i + values < len(own) and not own[i + values].startswith("--"):
                 values += 1
             if flag not in drop:
-                argv += run["argv"][i:i + values]
+                argv += own[i:i + values]
             i += values
         argv += [x for flag, value in remedy["flags"].items() for x in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
+        if packed:
+            first, _, size = run["pack"]
+            argv += ["--num-seeds", str(size)]
+            remedy["note"] = (f"its checkpoint is its pack's ({size} seeds trained in one process, the first {first}): "
+                              f"the resume continues all {size} with the new flag")
         if not remedy["new_run"]:
             argv += ["--resume", str(checkpoint[1])]
             if finished:
@@ -307,9 +318,10 @@ def per_iteration(grid, steps, values):
         return np.where(counts > 0, sums / counts, np.nan)
 
 
-def make_run(name, script, series, flags, argv, checkpoints, tag):
+def make_run(name, script, series, flags, argv, checkpoints, tag, pack=None):
     """A run as the rule reads it, from {tag: (steps, values)}; a string saying why not, if it cannot be read.
-    `checkpoints`: [(iteration, path)], oldest first."""
+    `checkpoints`: [(iteration, path)], oldest first; `pack`: (its pack's first run, its argv, the pack's size) where
+    one process trained its seed with others (the checkpoints are then the pack's)."""
     step_tag = next((t for t in STEP_TAGS if t in series and len(series[t][0]) >= 2), None)
     if step_tag is None:
         return f"{name}: logs none of {', '.join(STEP_TAGS)} (the size of each update) at two iterations or more"
@@ -329,7 +341,7 @@ def make_run(name, script, series, flags, argv, checkpoints, tag):
             "score": per_iteration(grid, *series[tag]),
             "entropy": per_iteration(grid, *series["losses/entropy"]) if "losses/entropy" in series else None,
             "evidence": {name_: per_iteration(grid, *series[t]) if t in series else None for name_, t in EVIDENCE.items()},
-            "flags": flags, "argv": argv, "checkpoints": checkpoints}
+            "flags": flags, "argv": argv, "checkpoints": checkpoints, "pack": pack}
 
 
 def parse_hyperparameters(texts):
@@ -367,7 +379,14 @@ def read_launched(run_dir, tag):
     except (ValueError, KeyError, TypeError) as e:
         return [f"{run_dir}: its command.json cannot be read ({type(e).__name__}: {e})"]
     merged, _ = read_merged_scalars(run_dir, wanted_tags(tag))
-    return [make_run(run_dir.name + (f"/{sub}" if sub else ""), script, series, flags, argv, checkpoints_in(run_dir), tag)
+    checkpoints, pack = checkpoints_in(run_dir), None
+    members = next((record["pack"] for name in ("done.json", "preempted.json", "failed.json")
+                    if (run_dir / name).exists() and "pack" in (record := json.loads((run_dir / name).read_text()))), None)
+    if members:  # trained with other seeds in one process (launch.py): the checkpoint, of them all, is in the first's
+        first = run_dir.parent / members[0]
+        checkpoints = checkpoints_in(first)
+        pack = (members[0], json.loads((first / "command.json").read_text()).get("argv"), len(members))
+    return [make_run(run_dir.name + (f"/{sub}" if sub else ""), script, series, flags, argv, checkpoints, tag, pack)
             for sub, series in sorted(merged.items())]
 
 

@@ -21,7 +21,7 @@ from helpers import assert_bad_input, load_script, refusal, run_copy
 
 BATCH = 1024  # 16 envs x 64 steps
 FLAGS = {"num_envs": 16, "num_steps": 64, "num_minibatches": 8, "ewma_com": 8.0, "clip_coef": 0.2, "scaling_recipe": "none",
-         "learning_rate": 0.0003, "ent_coef": 0.01}  # command.json's "resolved"
+         "learning_rate": 0.0003, "ent_coef": 0.01, "total_timesteps": 204800}  # command.json's "resolved"
 ARGV = ["--env-id", "CartPole-v1", "--num-envs", "16", "--num-steps", "64", "--num-minibatches", "8", "--ewma-com", "8.0",
         "--total-timesteps", "204800"]
 
@@ -95,13 +95,15 @@ def test_a_run_that_stalls_with_large_updates_is_stagnated_and_gets_the_papers_r
     assert report["verdict"].startswith("stagnated")
     scale, step = report["remedies"]
     # 4x the envs under more-minibatches (the inner loop kept: the run's minibatches and learning rate as the base),
-    # the DDR that reaches at the plateau's KL if the KL holds
+    # as many iterations as the run (4x its steps), the DDR that reaches at the plateau's KL if the KL holds
     assert scale["flags"] == {"--num-envs": 64, "--base-num-envs": 16, "--base-num-minibatches": 8,
-                              "--scaling-recipe": "more-minibatches", "--learning-rate": 0.0003}
+                              "--scaling-recipe": "more-minibatches", "--learning-rate": 0.0003,
+                              "--total-timesteps": 4 * 204800}
     assert f"DDR up to about {4 * stagnated['evidence']['charts/ddr']:,.0f}" in scale["what"] and scale["new_run"]
     argv = shlex.split(scale["command"])
     assert argv[:2] == ["python", "cleanrl_scale/ppo_ewma_jax.py"] and "--num-minibatches" not in argv
     assert argv[argv.index("--num-envs") + 1] == "64" and argv.count("--num-envs") == 1 and "--resume" not in argv
+    assert argv[argv.index("--total-timesteps") + 1] == str(4 * 204800) and argv.count("--total-timesteps") == 1
     # the script's own flag checks take the new run's flags (its recipe sets the minibatches: they are dropped)
     assert refusal(load_script("ppo_ewma_jax"), argv[2:]) is None
     # and a 4x older proximal policy, resumed from the newest checkpoint (iteration 160, not 40; the run has 200)
@@ -121,7 +123,7 @@ def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
     (report,) = advise.main([str(tmp_path / "run")])
     assert report["remedies"][0]["flags"] == {"--num-envs": 32, "--base-num-envs": 8, "--base-num-minibatches": 32,
                                               "--scaling-recipe": "hybrid", "--hybrid-minibatch-factor": 4,
-                                              "--learning-rate": 0.0003}
+                                              "--learning-rate": 0.0003, "--total-timesteps": 4 * 204800}
 
 
 def test_updates_that_shrink_with_the_score_are_levelling_off_with_the_opposite_advice(tmp_path):
@@ -161,6 +163,30 @@ def test_a_finished_runs_checkpoint_resumes_with_steps_left_and_no_checkpoint_gi
     scale, step = report["remedies"]
     assert scale["command"] is not None  # a new run needs no checkpoint
     assert step["command"] is None and step["note"] == "no checkpoint to resume: rerun with --save-every to have one"
+
+
+def test_a_packed_run_resumes_as_its_pack_from_the_first_runs_checkpoint(tmp_path):
+    """Seeds 1 and 2 trained in one process (launch.py's pack, --num-seeds 2): the checkpoint, of both, is in seed 1's
+    run; seed 2's smaller outer step resumes the pack (seed 1's flags, --num-seeds 2) and says that both go on with it.
+    A new run is seed 2's own."""
+    names = ["ppo_ewma_jax__s1__aaaa", "ppo_ewma_jax__s2__bbbb"]
+    for seed, name in enumerate(names, 1):
+        write_run(tmp_path / name, "stagnated", checkpoint=seed == 1)
+        command = json.loads((tmp_path / name / "command.json").read_text())
+        command["argv"] = ARGV + ["--seed", str(seed)]
+        (tmp_path / name / "command.json").write_text(json.dumps(command))
+        (tmp_path / name / "done.json").write_text(json.dumps({"returncode": 0, "pack": names}))
+    for seed, name in enumerate(names, 1):
+        (report,) = advise.main([str(tmp_path / name)])
+        scale, step = report["remedies"]
+        new = shlex.split(scale["command"])
+        assert new[new.index("--seed") + 1] == str(seed) and "--num-seeds" not in new
+        argv = shlex.split(step["command"])
+        assert argv[argv.index("--seed") + 1] == "1" and argv[argv.index("--num-seeds") + 1] == "2"
+        assert argv[argv.index("--resume") + 1] == str(tmp_path / names[0] / "runs" / "CartPole-v1__ppo_ewma_jax__1__1764300000"
+                                                       / "checkpoints" / "iter_160.npz")
+        assert step["note"] == (f"its checkpoint is its pack's (2 seeds trained in one process, the first {names[0]}): "
+                                "the resume continues all 2 with the new flag")
 
 
 def test_a_run_still_improving_at_the_end_gets_no_remedy(tmp_path):
