@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmark.analyze import DEFAULT_TAG  # noqa: E402
 from benchmark.common import SCRIPTS, read_tensorboard_run  # noqa: E402
 from benchmark.events import read_merged_scalars  # noqa: E402
-from benchmark.launch import CHECKPOINT  # noqa: E402
+from benchmark.launch import CHECKPOINT, checkpoint_seeds  # noqa: E402
 
 STEP_TAGS = ("losses/approx_kl", "charts/update_norm_actor", "charts/update_norm")  # the first a run logs
 SCORE_TAGS = ("charts/solve_rate", "eval/solve_rate_sampled", "charts/episodic_return", "charts/neg_distance")
@@ -277,6 +277,8 @@ def with_commands(run, remedies):
             remedy["note"] = "no checkpoint to resume: rerun with --save-every to have one"
         packed = run["pack"] is not None and not remedy["new_run"]
         own = run["pack"][1] if packed else run["argv"]
+        if packed and own is None and not remedy.get("note"):
+            remedy["note"] = f"its checkpoint is its pack's, whose first run ({run['pack'][0]}) has no readable command"
         if own is None or remedy.get("note"):
             continue
         finished = not remedy["new_run"] and checkpoint[0] >= len(run["step"])
@@ -296,7 +298,7 @@ def with_commands(run, remedies):
             first, _, size = run["pack"]
             argv += ["--num-seeds", str(size)]
             remedy["note"] = (f"its checkpoint is its pack's ({size} seeds trained in one process, the first {first}): "
-                              f"the resume continues all {size} with the new flag")
+                              f"the resume takes all {size} back to it and continues them with the new flag")
         if not remedy["new_run"]:
             argv += ["--resume", str(checkpoint[1])]
             if finished:
@@ -372,22 +374,48 @@ def checkpoints_in(directory):
 
 
 def read_launched(run_dir, tag):
-    """The runs of one launcher run directory (command.json): one per sub-run (a pack's seeds, noisy_sgd's step sizes)."""
+    """The runs of one launcher run directory (command.json): one per sub-run (noisy_sgd's step sizes)."""
+    run_dir = run_dir.resolve()  # a grid's runs/<name> link: its pack's other runs lie beside it in the store
     try:
         command = json.loads((run_dir / "command.json").read_text())
         script, flags, argv = command["script"], command.get("resolved", {}), command.get("argv")
     except (ValueError, KeyError, TypeError) as e:
         return [f"{run_dir}: its command.json cannot be read ({type(e).__name__}: {e})"]
-    merged, _ = read_merged_scalars(run_dir, wanted_tags(tag))
-    checkpoints, pack = checkpoints_in(run_dir), None
-    members = next((record["pack"] for name in ("done.json", "preempted.json", "failed.json")
-                    if (run_dir / name).exists() and "pack" in (record := json.loads((run_dir / name).read_text()))), None)
-    if members:  # trained with other seeds in one process (launch.py): the checkpoint, of them all, is in the first's
-        first = run_dir.parent / members[0]
-        checkpoints = checkpoints_in(first)
-        pack = (members[0], json.loads((first / "command.json").read_text()).get("argv"), len(members))
+    # while a pack trains, every seed's TensorBoard run lies in its first run's directory: this run's seed's alone
+    by_seed = {}
+    for d in (run_dir / "runs").glob("*__*__*"):
+        by_seed.setdefault(d.name.rsplit("__", 2)[1], set()).add(d.name)
+    own = by_seed.get(str(command.get("seed"))) if len(by_seed) > 1 else None
+    merged, _ = read_merged_scalars(run_dir, wanted_tags(tag), only=own)
+    checkpoints, pack = pack_of(run_dir, argv)
     return [make_run(run_dir.name + (f"/{sub}" if sub else ""), script, series, flags, argv, checkpoints, tag, pack)
             for sub, series in sorted(merged.items())]
+
+
+def pack_of(run_dir, argv):
+    """(checkpoints, pack) of a launched run: where one process trained its seed with others (launch.py's pack,
+    --num-seeds) the checkpoints are the pack's, in its first run, and pack is (that run's name, its argv, the seeds
+    a checkpoint holds); else its own checkpoints and None. The seeds are read from the newest checkpoint (what the
+    script checks on resume), else from the record the launcher leaves when the pack ends."""
+    members = None
+    for name in ("done.json", "preempted.json", "failed.json"):
+        try:
+            members = members or json.loads((run_dir / name).read_text()).get("pack")
+        except (OSError, ValueError, AttributeError):
+            pass
+    first, first_argv = run_dir, argv
+    if members and members[0] != run_dir.name:
+        first = run_dir.parent / members[0]
+        try:
+            first_argv = json.loads((first / "command.json").read_text()).get("argv")
+        except (OSError, ValueError, AttributeError):
+            first_argv = None
+    checkpoints = checkpoints_in(first) if first.is_dir() else []
+    try:
+        held = checkpoint_seeds(checkpoints[-1][1]) if checkpoints else 1
+    except (OSError, ValueError, KeyError, EOFError):  # unreadable: the launcher's record says
+        held = len(members) if members else 1
+    return checkpoints, ((first.name, first_argv, held) if held > 1 else None)
 
 
 def attempts_of(tb_run):

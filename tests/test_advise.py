@@ -49,15 +49,15 @@ def curves(kind, n=200, seed=0):
     return score, kl, entropy
 
 
-def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, start=0, stamp=1764300000):
+def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, start=0, stamp=1764300000, seed=1):
     """A launcher run directory (command.json) whose TensorBoard run logs the curves of `kind` as the scripts do:
     every iteration its KL, DDR and entropy; its episodes' returns (three an iteration) inside the iteration.
     `start`, `upto`: the iterations it logs; `stamp`: its name's time stamp (a resumed run writes a new one)."""
     score, kl, entropy = curves(kind)
-    tb = run_dir / "runs" / f"CartPole-v1__{script}__1__{stamp}"
+    tb = run_dir / "runs" / f"CartPole-v1__{script}__{seed}__{stamp}"
     tb.mkdir(parents=True, exist_ok=True)
-    (run_dir / "command.json").write_text(json.dumps({"name": run_dir.name, "script": script, "argv": ARGV,
-                                                      "resolved": FLAGS, "flags": {}}))
+    (run_dir / "command.json").write_text(json.dumps({"name": run_dir.name, "script": script, "seed": seed,
+                                                      "argv": ARGV + ["--seed", str(seed)], "resolved": FLAGS, "flags": {}}))
     writer = EventFileWriter(str(tb))
     for i in range(start, len(score) if upto is None else upto):
         step = (i + 1) * BATCH
@@ -165,28 +165,56 @@ def test_a_finished_runs_checkpoint_resumes_with_steps_left_and_no_checkpoint_gi
     assert step["command"] is None and step["note"] == "no checkpoint to resume: rerun with --save-every to have one"
 
 
+def write_pack_checkpoint(tb, seeds, iteration=160):
+    """A checkpoint of `seeds` seeds as ppo_ewma_jax.py's metadata gives them (what the launcher and the script read)."""
+    (tb / "checkpoints").mkdir(exist_ok=True)
+    np.savez(tb / "checkpoints" / f"iter_{iteration}.npz", meta=json.dumps({"args": {"num_seeds": seeds}}))
+
+
+def assert_resumes_as_the_pack(step, first_dir, seeds, first):
+    argv = shlex.split(step["command"])
+    assert argv[argv.index("--seed") + 1] == "1" and argv[argv.index("--num-seeds") + 1] == str(seeds)
+    assert argv.count("--num-seeds") == 1
+    assert argv[argv.index("--resume") + 1] == str(first_dir / "runs" / "CartPole-v1__ppo_ewma_jax__1__1764300000"
+                                                   / "checkpoints" / "iter_160.npz")
+    assert step["note"] == (f"its checkpoint is its pack's ({seeds} seeds trained in one process, the first {first}): "
+                            f"the resume takes all {seeds} back to it and continues them with the new flag")
+
+
 def test_a_packed_run_resumes_as_its_pack_from_the_first_runs_checkpoint(tmp_path):
-    """Seeds 1 and 2 trained in one process (launch.py's pack, --num-seeds 2): the checkpoint, of both, is in seed 1's
-    run; seed 2's smaller outer step resumes the pack (seed 1's flags, --num-seeds 2) and says that both go on with it.
-    A new run is seed 2's own."""
+    """Seeds 1 and 2 trained in one process (launch.py's pack, --num-seeds 2), read through a grid's links: the
+    checkpoint, of both, is in seed 1's run; each seed's smaller outer step resumes the pack (seed 1's flags,
+    --num-seeds 2) and says that both go back to it. A new run is the seed's own."""
+    store, grid = tmp_path / "store", tmp_path / "grid" / "runs"
     names = ["ppo_ewma_jax__s1__aaaa", "ppo_ewma_jax__s2__bbbb"]
+    grid.mkdir(parents=True)
     for seed, name in enumerate(names, 1):
-        write_run(tmp_path / name, "stagnated", checkpoint=seed == 1)
-        command = json.loads((tmp_path / name / "command.json").read_text())
-        command["argv"] = ARGV + ["--seed", str(seed)]
-        (tmp_path / name / "command.json").write_text(json.dumps(command))
-        (tmp_path / name / "done.json").write_text(json.dumps({"returncode": 0, "pack": names}))
+        tb = write_run(store / name, "stagnated", checkpoint=False, seed=seed)
+        if seed == 1:
+            write_pack_checkpoint(tb, 2)
+        (store / name / "done.json").write_text(json.dumps({"returncode": 0, "pack": names}))
+        (grid / name).symlink_to(store / name)
     for seed, name in enumerate(names, 1):
-        (report,) = advise.main([str(tmp_path / name)])
+        (report,) = advise.main([str(grid / name)])
         scale, step = report["remedies"]
         new = shlex.split(scale["command"])
         assert new[new.index("--seed") + 1] == str(seed) and "--num-seeds" not in new
-        argv = shlex.split(step["command"])
-        assert argv[argv.index("--seed") + 1] == "1" and argv[argv.index("--num-seeds") + 1] == "2"
-        assert argv[argv.index("--resume") + 1] == str(tmp_path / names[0] / "runs" / "CartPole-v1__ppo_ewma_jax__1__1764300000"
-                                                       / "checkpoints" / "iter_160.npz")
-        assert step["note"] == (f"its checkpoint is its pack's (2 seeds trained in one process, the first {names[0]}): "
-                                "the resume continues all 2 with the new flag")
+        assert_resumes_as_the_pack(step, store / names[0], 2, names[0])
+
+
+def test_a_pack_still_training_is_read_seed_by_seed(tmp_path):
+    """Before its process ends a pack leaves no record, and every seed's TensorBoard run lies in its first run's
+    directory: that run reads its own seed's curve (seed 1 stalls, seed 2 keeps improving), and its checkpoint's
+    seeds make its resume the pack's."""
+    first = tmp_path / "ppo_ewma_jax__s1__aaaa"
+    tb = write_run(first, "stagnated", checkpoint=False, seed=1)
+    write_run(first, "improving", checkpoint=False, seed=2)
+    (first / "command.json").write_text(json.dumps({**json.loads((first / "command.json").read_text()), "seed": 1,
+                                                     "argv": ARGV + ["--seed", "1"]}))
+    write_pack_checkpoint(tb, 2)
+    (report,) = advise.main([str(first)])
+    assert [p["label"] for p in report["phases"]] == ["improving", "stagnated"]
+    assert_resumes_as_the_pack(report["remedies"][1], first, 2, first.name)
 
 
 def test_a_run_still_improving_at_the_end_gets_no_remedy(tmp_path):
