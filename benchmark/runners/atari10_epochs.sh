@@ -6,13 +6,13 @@
 # Claim 9 of benchmark/reproduce.md.
 #
 # SCALE=small (fixed before its runs; benchmark/claims.py holds the conditions): ppo_ewma_jax.py (PPO) on MinAtar
-# Breakout and SpaceInvaders, 5 seeds, 1M steps per run, the settings of atari10_nenvs.sh's SCALE=small (ReLU units);
-# epochs 4 and 8 at 8 and 16 envs x 128 steps and at 8 envs x 256 steps. 61 minutes on 2 CPU cores (2 workers, AMD
-# EPYC, 2026-11-27: 27.6 stopped by SIGTERM, then 33.4 resumed) after atari10_nenvs.sh, whose 4-epoch runs it shares:
-# its 30M steps of 8-epoch runs in packs of 5 seeds, two at a time.
-# Until 2026-11-27: 3 seeds, tanh units.
+# Breakout and SpaceInvaders, 5 seeds, 1M steps per run, the settings of atari10_nenvs.sh's SCALE=small (2 x 128 ReLU
+# units); epochs 4 and 8 at 8 and 16 envs x 128 steps and at 8 envs x 256 steps; after atari10_nenvs.sh, whose
+# 4-epoch runs it shares: its 30M steps of 8-epoch runs in packs of 5 seeds, two at a time.
+# Until 2026-11-28: 2 x 256 units, 61 minutes on 2 CPU cores (2 workers, AMD EPYC, 2026-11-27: 27.6 stopped by
+# SIGTERM, then 33.4 resumed). Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
-# steps): SCALE=small's games, configs and flags with 10 seeds (in one process) and 10M steps a run. GPU time, one
+# steps): SCALE=small's games, configs and flags with 2 x 256 units, 10 seeds (in one process) and 10M steps a run. GPU time, one
 # process at a time (common.sh's measured H200 rates), per game: 8 epochs (~35 ms of minibatch steps an iteration)
 # 8 x 128 407 s, 16 x 128 204 s, 8 x 256 236 s; 4 epochs 236 s, 118 s, 150 s (atari10_nenvs.sh's runs, shared
 # through the store); + 6 x 40 s fixed = 1,591 s; 2 games 0.88 GPU-hours (0.53 after atari10_nenvs.sh).

@@ -10,13 +10,14 @@
 #
 # SCALE=small (fixed before its runs; benchmark/claims.py holds the conditions): ppo_ewma_jax.py (PPO) on MinAtar
 # Breakout and SpaceInvaders (gymnax), 5 seeds, 1M steps per run; CleanRL's Atari PPO settings (lr 2.5e-4 annealed,
-# gamma 0.99, lambda 0.95, 4 epochs x 4 minibatches, clip 0.1, entropy 0.01) with an MLP of 2 x 256 ReLU units in
+# gamma 0.99, lambda 0.95, 4 epochs x 4 minibatches, clip 0.1, entropy 0.01) with an MLP of 2 x 128 ReLU units in
 # place of the Nature CNN (ReLU as the paper's networks: a tanh unit is seldom dormant); fixed_batch 8 x 128, 16 x 64,
-# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. About 97 minutes on 2 CPU cores (2 workers, AMD EPYC,
-# 2026-11-27: 75 for fixed_batch and the N_envs arm, partly beside other work, 22 alone for the rollout arm), over
-# the hour aimed at. Until 2026-11-27: 3 seeds, tanh units.
+# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512.
+# Until 2026-11-28: 2 x 256 units, 97 minutes on 2 CPU cores (2 workers, AMD EPYC, 2026-11-27: 75 for fixed_batch and
+# the N_envs arm, partly beside other work, 22 alone for the rollout arm), over the hour a claim may take.
+# Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
-# steps): SCALE=small's games, configs and flags with 10 seeds (in one process) and 10M steps a run. GPU time, one
+# steps): SCALE=small's games, configs and flags with 2 x 256 units, 10 seeds (in one process) and 10M steps a run. GPU time, one
 # process at a time (common.sh's measured H200 rates), per game: fixed_batch 8 x 128 236 s, 16 x 64 203 s,
 # 32 x 32 188 s; grow 16 x 128 118 s, 32 x 128 59 s, 8 x 256 150 s, 8 x 512 108 s; + 7 x 40 s fixed = 1,342 s;
 # 2 games 0.75 GPU-hours (4 processes share the GPU: less, by an unmeasured factor).

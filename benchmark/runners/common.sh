@@ -64,9 +64,12 @@ STAG_SMALL=(--env-id SpaceInvaders-MinAtar --num-envs 64 --num-steps 128)
 STAG_SMALL_ITER=122
 # The reduced scales' task for the data-collection claims 7-10 (atari10_nenvs.sh, atari10_epochs.sh): PPO on two MinAtar
 # games with CleanRL's Atari PPO settings (lr 2.5e-4 annealed, gamma 0.99, lambda 0.95, 4 minibatches, clip 0.1) and
-# an MLP of 2 x 256 ReLU units in place of the Nature CNN; the runner gives --update-epochs
+# an MLP of 2 ReLU layers in place of the Nature CNN, 256 units wide at SCALE=gpu and 128 at SCALE=small (fixed
+# 2026-11-28, before its runs: at 256 atari10_nenvs.sh took 97 minutes on 2 cores, over the hour a claim may take;
+# benchmark/reproduce.md); the runner gives --update-epochs
 MINATAR_GAMES="Breakout-MinAtar SpaceInvaders-MinAtar"
-MINATAR_PPO=(--hidden-size 256 --num-layers 2 --activation relu --learning-rate 2.5e-4 --anneal-lr --gamma 0.99
+MINATAR_WIDTH=$([[ "$SCALE" == small ]] && echo 128 || echo 256)
+MINATAR_PPO=(--hidden-size "$MINATAR_WIDTH" --num-layers 2 --activation relu --learning-rate 2.5e-4 --anneal-lr --gamma 0.99
              --gae-lambda 0.95 --num-minibatches 4 --clip-coef 0.1)
 
 # SCALE=gpu (claims 2-10; not yet re-sized: the runners outside the claims with gpu settings), sized from
