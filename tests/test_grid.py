@@ -697,7 +697,7 @@ def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
 # the runners with SCALE=small and gpu settings (benchmark/reproduce.md) and their unique runs: 2 games x 5 seeds (gpu: 10)
 # for the data-collection claims, 5 seeds for the stagnation claims (stag_fig3a_resume's resumes need its plateau runs'
 # checkpoints: a DRY_RUN lists the plateau runs only, gpu's two starting COMs); the task each scale's runs must name
-SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 6, "noisy_sgd.sh": 5 * (1 + 2),
+SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 6, "noisy_sgd.sh": 10 * (1 + 2),
                "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 5, "recipes.sh": 5 * (1 + 2),
                "ddr_budgets.sh": 2 * 3 * 5}
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
@@ -728,6 +728,23 @@ def test_reduced_scale_grids(tmp_path, scale, runner):
         kind = "atari" if runner.startswith("atari10") else "coverage" if runner.startswith("coverage") else "stag"
         task = REDUCED_TASK.get((scale, kind), REDUCED_TASK[scale, "atari"])
         assert all(re.search(task, line) for line in lines)
+    if runner.startswith("atari10"):  # the MLP's width: 128 units at small (2 cores), 256 at gpu (the script's default,
+        widths = [re.search(r" --hidden-size (\d+)", line) for line in lines]  # which the launcher leaves out)
+        assert {int(w.group(1)) if w else 256 for w in widths} == {128 if scale == "small" else 256}
+
+
+@pytest.mark.parametrize("part, runs", [("fixed_batch", 2 * 5 * 3), ("grow", 2 * 5 * 5)])
+def test_a_part_of_atari10_nenvs_launches_its_claims_grids_alone(tmp_path, part, runs):
+    """PART=fixed_batch: claim 7's 3 configs; PART=grow: claims 8 and 10's 5 (8 x 128, shared, among them)."""
+    result = run_runner("atari10_nenvs.sh", tmp_path, DRY_RUN="1", SCALE="small", PART=part)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len({line for line in result.stdout.splitlines() if line.startswith("(cd ")}) == runs
+
+
+def test_an_unknown_part_is_refused_before_anything_runs(tmp_path):
+    result = run_runner("atari10_nenvs.sh", tmp_path, DRY_RUN="1", SCALE="small", PART="grown")
+    assert result.returncode == 2 and not (tmp_path / "out").exists()
+    assert result.stderr.strip().splitlines()[-1] == "runner: PART must be all, fixed_batch or grow (got grown)"
 
 
 @pytest.mark.parametrize("runner, scale", [("lr_sensitivity.sh", "small"), ("pqn_nenvs.sh", "gpu"), ("noisy_sgd.sh", "huge")])

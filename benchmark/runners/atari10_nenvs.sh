@@ -37,15 +37,22 @@ else
     BATCH=1024; ROLLOUTS="256 512 1024"; BASE_ENVS=8; FLAGS=()
 fi
 COMMON=(--script $SCRIPT --env-ids $GAMES --seeds $SEEDS --fixed-budget --total-timesteps $BUDGET)
-for n in $NENVS; do
-    launch fixed_batch "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs "$n" --num-steps $((BATCH / n))
-done
-launch grow "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs $NENVS --num-steps $STEPS
-launch grow "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs $BASE_ENVS --num-steps $ROLLOUTS
-analyze fixed_batch --x-flag num-envs "${TAG[@]}"
-analyze grow --x-flag num-envs "${TAG[@]}"
-if reduced; then
-    analyze_each_env fixed_batch "$GAMES" --x-flag num-envs "${TAG[@]}"
-    analyze_each_env grow "$GAMES" --x-flag num-envs "${TAG[@]}"
+# PART: the grids to run, fixed_batch (claim 7), grow (claims 8 and 10) or all (default); they share the 8 x 128 runs
+PART="${PART:-all}"
+case "$PART" in all|fixed_batch|grow) ;; *) echo "runner: PART must be all, fixed_batch or grow (got $PART)" >&2; exit 2 ;; esac
+part() { [[ "$PART" == all || "$PART" == "$1" ]]; }
+if part fixed_batch; then
+    for n in $NENVS; do
+        launch fixed_batch "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs "$n" --num-steps $((BATCH / n))
+    done
+    analyze fixed_batch --x-flag num-envs "${TAG[@]}"
+    if reduced; then analyze_each_env fixed_batch "$GAMES" --x-flag num-envs "${TAG[@]}"; fi
+    smoke || claim 7
 fi
-smoke || { claim 7; claim 8; claim 10; }
+if part grow; then
+    launch grow "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs $NENVS --num-steps $STEPS
+    launch grow "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs $BASE_ENVS --num-steps $ROLLOUTS
+    analyze grow --x-flag num-envs "${TAG[@]}"
+    if reduced; then analyze_each_env grow "$GAMES" --x-flag num-envs "${TAG[@]}"; fi
+    smoke || { claim 8; claim 10; }
+fi

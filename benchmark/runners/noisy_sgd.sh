@@ -3,10 +3,11 @@
 # stochastic-optimisation analogue: one noisy run a seed, so the figures carry a 95% CI over seeds; each step size is
 # its own curve (the script's sub-runs). Claim 1 of benchmark/reproduce.md; its conditions are fixed in
 # benchmark/claims.py (claim_1). SCALE=small and gpu are the paper's size with 10 seeds (a run takes seconds on a CPU;
-# the paper's 5 until 2026-11-28); SMOKE 5 seeds.
+# 5 until 2026-11-28); SCALE=paper the paper's 5 seeds; SMOKE 5 seeds of 200 steps.
 source "$(dirname "$0")/common.sh"
 supports small gpu
-if smoke; then STEPS=200; SWITCH=100; SEEDS="1 2 3 4 5"; else STEPS=2000; SWITCH=1000; SEEDS="$(seq -s ' ' 10)"; fi
+STEPS=2000; SWITCH=1000; SEEDS="1 2 3 4 5"
+if smoke; then STEPS=200; SWITCH=100; elif reduced; then SEEDS="$(seq -s ' ' 10)"; fi
 launch step_sizes --script noisy_sgd --seeds $SEEDS -- --num-steps $STEPS --num-seeds 1
 launch switch --script noisy_sgd --seeds $SEEDS -- --num-steps $STEPS --num-seeds 1 --switch-step $SWITCH \
     --switch-step-size 0.001 0.3
