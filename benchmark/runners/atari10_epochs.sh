@@ -8,8 +8,9 @@
 # SCALE=small (fixed before its runs; benchmark/claims.py holds the conditions): ppo_ewma_jax.py (PPO) on MinAtar
 # Breakout and SpaceInvaders, 5 seeds, 1M steps per run, the settings of atari10_nenvs.sh's SCALE=small (2 x 128 ReLU
 # units); epochs 4 and 8 at 8 and 16 envs x 128 steps and at 8 envs x 256 steps; after atari10_nenvs.sh, whose
-# 4-epoch runs it shares: its 30M steps of 8-epoch runs in packs of 5 seeds, two at a time, 47.6 minutes on 2 CPU
-# cores (2 workers, Intel Xeon, 2026-11-28, alone; from an empty store about 76, the 4-epoch runs included).
+# 4-epoch runs it shares: its 30M steps of 8-epoch runs in packs of 5 seeds, two at a time, at most 47.6 minutes on
+# 2 CPU cores (2 workers, Intel Xeon, 2026-11-28, beside a stray process that took about a third of the machine; from
+# an empty store at most about 76, the 4-epoch runs included).
 # Until 2026-11-28: 2 x 256 units, 61 minutes on 2 CPU cores (2 workers, AMD EPYC, 2026-11-27: 27.6 stopped by
 # SIGTERM, then 33.4 resumed). Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M

@@ -12,8 +12,9 @@
 # Breakout and SpaceInvaders (gymnax), 5 seeds, 1M steps per run; CleanRL's Atari PPO settings (lr 2.5e-4 annealed,
 # gamma 0.99, lambda 0.95, 4 epochs x 4 minibatches, clip 0.1, entropy 0.01) with an MLP of 2 x 128 ReLU units in
 # place of the Nature CNN (ReLU as the paper's networks: a tanh unit is seldom dormant); fixed_batch 8 x 128, 16 x 64,
-# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. 66.4 minutes on 2 CPU cores (2 workers, Intel Xeon,
-# 2026-11-28, alone): PART=fixed_batch's runs 29, PART=grow's 47 (the 8 x 128 runs among them).
+# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. At most 66.4 minutes on 2 CPU cores (2 workers, Intel
+# Xeon, 2026-11-28, beside a stray process that took about a third of the machine): PART=fixed_batch's runs 29,
+# PART=grow's 47 (the 8 x 128 runs among them).
 # Until 2026-11-28: 2 x 256 units, 97 minutes on 2 CPU cores (2 workers, AMD EPYC, 2026-11-27: 75 for fixed_batch and
 # the N_envs arm, partly beside other work, 22 alone for the rollout arm), over the hour a claim may take.
 # Until 2026-11-27: 3 seeds, tanh units.
