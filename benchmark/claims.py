@@ -229,8 +229,8 @@ def window_mean(curves, start, stop):
 def claim_1(out_dir):
     """Stagnation Fig. 1b / 2a / 3b, noisy SGD on x^T x (App. A), runner noisy_sgd.sh.
 
-    Settings (the paper's): step sizes 0.001, 0.01, 0.1, 0.3; 2000 steps; switch at step 1000; 10 seeds (the paper's 5
-    until 2026-11-28).
+    Settings (the paper's): step sizes 0.001, 0.01, 0.1, 0.3; 2000 steps; switch at step 1000; 10 seeds at SCALE=small
+    and gpu (the paper's 5 at SCALE=paper, and at every scale until 2026-11-28).
     Conditions:
     1. a larger step size plateaus at a higher loss: the final distance to the optimum (mean over the last 10% of
        steps) is larger at 0.1 than at 0.01, and at 0.3 than at 0.1;
