@@ -405,8 +405,8 @@ def claim_4(out_dir):
 def claim_5(out_dir):
     """Stagnation Fig. 9, runner recipes.sh.
 
-    SCALE=small: base 8 envs x 128 steps, 8 minibatches of 128, lr 3e-4; scaled to 128 envs (k = 16); every run 1M
-    environment steps, 5 seeds (until 2026-11-27: base 32 envs with 32 minibatches, k = 4, 100 iterations each, so
+    SCALE=small: base 8 envs x 128 steps, 8 minibatches of 128, lr 3e-4; scaled to 128 envs (k = 16); every run 2^19
+    environment steps (until 2026-11-28: 1M, over the hour), 5 seeds (until 2026-11-27: base 32 envs with 32 minibatches, k = 4, 100 iterations each, so
     the scaled runs saw 4x the samples; 3 seeds). Conditions, at the largest N_envs of the grid, on the final return:
     1. more-minibatches ends higher than bigger-minibatch (same lr);
     2. bigger-minibatch degrades: it ends lower than the base config (the smallest N_envs). At SCALE=small and gpu
@@ -429,7 +429,8 @@ def claim_6(out_dir):
     """Stagnation Fig. 8, runner ddr_budgets.sh.
 
     SCALE=small (fixed 2026-11-27, before any run): 64 envs x 128 steps, 8 epochs x 32 minibatches held, the DDR
-    varied apart from N_envs through PPO's clip epsilon 0.05, 0.2, 0.8; budgets of 200k and 800k steps; 5 seeds
+    varied apart from N_envs through PPO's clip epsilon 0.05, 0.2, 0.8; budgets of 2^17 and 2^19 steps (until
+    2026-11-28: 200k and 800k, over the hour); 5 seeds
     (SCALE=gpu, fixed later that day before any run: the same on Kinetix locomotion at Table 2's 2048 x 256, budgets
     2^27 and 2^29 steps). A run's score is its final return (the mean over its last 10%; on Kinetix the evaluation's
     solve rate): the paper's is the maximum solve rate, which on an evaluation set is a steady number; the maximum of

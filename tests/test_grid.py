@@ -697,7 +697,7 @@ def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
 # the runners with SCALE=small and gpu settings (benchmark/reproduce.md) and their unique runs: 2 games x 5 seeds (gpu: 10)
 # for the data-collection claims, 5 seeds for the stagnation claims (stag_fig3a_resume's resumes need its plateau runs'
 # checkpoints: a DRY_RUN lists the plateau runs only, gpu's two starting COMs); the task each scale's runs must name
-SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 6, "noisy_sgd.sh": 10 * (1 + 2),
+SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 4, "noisy_sgd.sh": 10 * (1 + 2),
                "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 5, "recipes.sh": 5 * (1 + 2),
                "ddr_budgets.sh": 2 * 3 * 5}
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,

@@ -7,10 +7,12 @@
 #
 # SCALE=small (fixed before its runs; benchmark/claims.py holds the conditions): ppo_ewma_jax.py (PPO) on MinAtar
 # Breakout and SpaceInvaders, 5 seeds, 1M steps per run, the settings of atari10_nenvs.sh's SCALE=small (2 x 128 ReLU
-# units); epochs 4 and 8 at 8 and 16 envs x 128 steps and at 8 envs x 256 steps; after atari10_nenvs.sh, whose
-# 4-epoch runs it shares: its 30M steps of 8-epoch runs in packs of 5 seeds, two at a time, at most 47.6 minutes on
-# 2 CPU cores (2 workers, Intel Xeon, 2026-11-28, beside a stray process that took about a third of the machine; from
-# an empty store at most about 76, the 4-epoch runs included).
+# units); epochs 4 and 8 at 8 and 16 envs x 128 steps. The rollout arm (8 envs x 256 steps) is not run at small
+# (fixed 2026-11-28, before its runs): no condition reads it, and from an empty store it was a quarter of the
+# runner's minibatch steps. Until 2026-11-28 it ran: after atari10_nenvs.sh, whose 4-epoch runs it shares, the
+# 30M steps of 8-epoch runs took at most 47.6 minutes on 2 CPU cores (2 workers, Intel Xeon, 2026-11-28, beside a
+# stray process that took about a third of the machine; from an empty store at most about 76, not shown within the
+# hour a claim may take).
 # Until 2026-11-28: 2 x 256 units, 61 minutes on 2 CPU cores (2 workers, AMD EPYC, 2026-11-27: 27.6 stopped by
 # SIGTERM, then 33.4 resumed). Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
@@ -27,7 +29,7 @@ if smoke; then
 elif reduced; then
     SCRIPT=ppo_ewma_jax; GAMES="$MINATAR_GAMES"; EPOCHS="4 8"; NENVS="8 16"; STEPS=128; BASE_ENVS=8; ROLLOUTS=256
     TAG=(--tag charts/episodic_return); FLAGS=("${MINATAR_PPO[@]}")
-    if [[ "$SCALE" == small ]]; then SEEDS="1 2 3 4 5"; BUDGET=1000000
+    if [[ "$SCALE" == small ]]; then SEEDS="1 2 3 4 5"; BUDGET=1000000; ROLLOUTS=""  # no condition reads that arm
     else SEEDS="$MINATAR_GPU_SEEDS"; BUDGET=$MINATAR_GPU_BUDGET; launch_defaults $MINATAR_GPU_FLAGS; fi
 else
     SCRIPT=ppo_atari_envpool; GAMES="$ATARI10"; SEEDS="1 2 3 4 5"; BUDGET=100000000; EPOCHS="4 8 16"; NENVS="8 16 32"
@@ -35,7 +37,9 @@ else
 fi
 COMMON=(--script $SCRIPT --env-ids $GAMES --seeds $SEEDS --fixed-budget --total-timesteps $BUDGET)
 launch epochs "${COMMON[@]}" -- "${FLAGS[@]}" --update-epochs $EPOCHS --num-envs $NENVS --num-steps $STEPS
-launch epochs "${COMMON[@]}" -- "${FLAGS[@]}" --update-epochs $EPOCHS --num-envs $BASE_ENVS --num-steps $ROLLOUTS
+if [[ -n "$ROLLOUTS" ]]; then
+    launch epochs "${COMMON[@]}" -- "${FLAGS[@]}" --update-epochs $EPOCHS --num-envs $BASE_ENVS --num-steps $ROLLOUTS
+fi
 analyze epochs --x-flag num-envs "${TAG[@]}"
 if reduced; then analyze_each_env epochs "$GAMES" --x-flag num-envs "${TAG[@]}"; fi
 smoke || claim 9

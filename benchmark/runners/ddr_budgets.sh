@@ -6,9 +6,11 @@
 # and the best config moves to a higher DDR with the budget). SCALE=small (fixed 2026-11-27, before any run):
 # SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's task: 64 envs x 128 steps, 8 epochs x 32 minibatches held), the DDR
 # varied apart from N_envs through PPO's clip epsilon 0.05, 0.2, 0.8 (an outer-loop step size, stagnation Table 1;
-# chosen to reach both ends: claim 2's earlier runs found epsilon 0.8 plateau low), budgets 200k and 800k steps,
-# 5 seeds, packed 3 + 2. 76 minutes on 2 workers (AMD EPYC, 2026-11-27, packs of 5, partly beside tests) and 67 (Intel
-# Xeon, 2026-11-28, packs of 3 + 2, partly beside tests), with identical results. Until 2026-11-27: N_envs 16, 64 x epochs 2, 8 x minibatches 8, 32, budgets 250k and 1M, 2 seeds.
+# chosen to reach both ends: claim 2's earlier runs found epsilon 0.8 plateau low), budgets 2^17 = 131,072 and
+# 2^19 = 524,288 steps (16 and 64 iterations; fixed 2026-11-28, before their runs), 5 seeds, packed 3 + 2.
+# Until 2026-11-28: budgets 200k and 800k, 76 minutes on 2 workers (AMD EPYC, 2026-11-27, packs of 5, partly beside
+# tests) and 67 (Intel Xeon, 2026-11-28, packs of 3 + 2, partly beside tests), with identical results, not shown
+# within the hour a claim may take; the budgets were cut to 0.66 of the steps to fit it. Until 2026-11-27: N_envs 16, 64 x epochs 2, 8 x minibatches 8, 32, budgets 250k and 1M, 2 seeds.
 # SCALE=gpu (fixed 2026-11-27 later, before any run; until then 2026-11-25's unsized N_envs 512 and 2048 x epochs 2, 8 x
 # minibatches 8, 32, budgets 10M and 40M, 2 seeds): SCALE=small's design on Kinetix locomotion at Table 2 (2048 envs x
 # 256 steps, 8 epochs x 32 minibatches held), clip epsilon 0.05, 0.2, 0.8, budgets 2^27 and 2^29 steps (256 and 1,024
@@ -22,7 +24,7 @@ if smoke; then
     SEEDS="1"; ENV=(--env-id CartPole-v1 --num-steps 16); NENVS="8"; EPOCHS="1 4"; MB="2 4"; BUDGETS="1024 2048"
 elif [[ "$SCALE" == small ]]; then
     SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar --num-steps 128); NENVS="64"; EPOCHS="8"; MB="32"
-    CLIPS="0.05 0.2 0.8"; XFLAG=clip-coef; BUDGETS="200000 800000"
+    CLIPS="0.05 0.2 0.8"; XFLAG=clip-coef; BUDGETS="131072 524288"
     launch_defaults --workers 2 --seeds-per-process 3  # 5 seeds as 3 + 2: each budget's 6 processes balance 2 workers
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion --num-steps 256); NENVS="2048"; EPOCHS="8"; MB="32"

@@ -2,13 +2,15 @@
 # Stagnation Fig. 9: the scaling recipes (§5, App. D) from the base config (2048 envs, 32 minibatches,
 # lr 3e-4) to 2x-16x the envs, PPO on Kinetix locomotion (ppo_ewma_jax.py), 5 seeds, solve rate; the base runs once.
 # hybrid (b = 2) starts at 2x: a = k / b must be a whole number of times the base minibatches.
-# Claim 5 of benchmark/reproduce.md. SCALE=small (fixed 2026-11-27, before any run): SpaceInvaders-MinAtar at
-# Table 2 (STAG_SMALL's hyper-parameters, 8 epochs), 5 seeds, every run 1M environment steps (equal steps: a scaled
+# Claim 5 of benchmark/reproduce.md. SCALE=small (fixed 2026-11-27, before any run; its budget 2026-11-28, below):
+# SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's hyper-parameters, 8 epochs), 5 seeds, every run 2^19 = 524,288
+# environment steps (the base's 512 iterations, the scaled runs' 32; equal steps: a scaled
 # run does k times fewer iterations, and bigger-minibatch k times fewer minibatch steps), base 8 envs x 128 steps
-# with 8 minibatches of 128 (Table 2: 32 of 16,384; 8 keep the base's and more-minibatches' 62.5k minibatch steps a
+# with 8 minibatches of 128 (Table 2: 32 of 16,384; 8 keep the base's and more-minibatches' 32.8k minibatch steps a
 # seed near com_eps.sh's 31k), scaled k = 16 to 128 envs by more-minibatches (128 minibatches of 128) and by
-# bigger-minibatch (8 of 2,048); the base runs once. Measured 2026-11-27: 85 minutes on 2 workers (AMD EPYC), about 60 of
-# them beside other work. Until 2026-11-27: 3 seeds, 100 iterations each (the scaled runs saw 4x the samples), base 32
+# bigger-minibatch (8 of 2,048); the base runs once. Until 2026-11-28: 1M steps a run (the base's 976 iterations),
+# 85 minutes on 2 workers (AMD EPYC, 2026-11-27, about 60 of them beside other work), over the hour a claim may take;
+# the budget was halved (fixed 2026-11-28, before its runs) to fit it. Until 2026-11-27: 3 seeds, 100 iterations each (the scaled runs saw 4x the samples), base 32
 # envs, k = 4, the base run under both recipes. SCALE=gpu (fixed 2026-11-27 later, before any run; until then
 # 2026-11-25's unsized 1024 -> 4096 envs, 80 iterations, 3 seeds): Kinetix locomotion at Table 2, 5 seeds, every run 2^29 =
 # 536,870,912 steps (the base's 1,024 iterations), base 2048 envs x 256 steps with 32 minibatches, k = 16 to 32,768
@@ -24,7 +26,7 @@ if smoke; then
     MB=4
 elif [[ "$SCALE" == small ]]; then
     SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar); BASE=8; NENVS="128"; HYBRID=""; STEPS=128; MB=8
-    RECIPES="more-minibatches bigger-minibatch"; BUDGET=(--fixed-budget --total-timesteps 1000000)
+    RECIPES="more-minibatches bigger-minibatch"; BUDGET=(--fixed-budget --total-timesteps 524288)
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); BASE=2048; NENVS="32768"; HYBRID=""; STEPS=256; MB=32
     RECIPES="more-minibatches bigger-minibatch"; BUDGET=(--fixed-budget --total-timesteps 536870912)
