@@ -10,7 +10,8 @@
 # seed near com_eps.sh's 31k), scaled k = 16 to 128 envs by more-minibatches (128 minibatches of 128) and by
 # bigger-minibatch (8 of 2,048); the base runs once. Until 2026-11-28: 1M steps a run (the base's 976 iterations),
 # 85 minutes on 2 workers (AMD EPYC, 2026-11-27, about 60 of them beside other work), over the hour a claim may take;
-# the budget was halved (fixed 2026-11-28, before its runs) to fit it. Until 2026-11-27: 3 seeds, 100 iterations each (the scaled runs saw 4x the samples), base 32
+# the budget was halved (fixed 2026-11-28, before its runs) to fit it, and the seeds packed 3 + 2 (in place of 5 in one
+# process, which left the base's grid, the longest, on one of the two workers). Until 2026-11-27: 3 seeds, 100 iterations each (the scaled runs saw 4x the samples), base 32
 # envs, k = 4, the base run under both recipes. SCALE=gpu (fixed 2026-11-27 later, before any run; until then
 # 2026-11-25's unsized 1024 -> 4096 envs, 80 iterations, 3 seeds): Kinetix locomotion at Table 2, 5 seeds, every run 2^29 =
 # 536,870,912 steps (the base's 1,024 iterations), base 2048 envs x 256 steps with 32 minibatches, k = 16 to 32,768
@@ -27,6 +28,7 @@ if smoke; then
 elif [[ "$SCALE" == small ]]; then
     SEEDS="1 2 3 4 5"; ENV=(--env-id SpaceInvaders-MinAtar); BASE=8; NENVS="128"; HYBRID=""; STEPS=128; MB=8
     RECIPES="more-minibatches bigger-minibatch"; BUDGET=(--fixed-budget --total-timesteps 524288)
+    launch_defaults --workers 2 --seeds-per-process 3  # 5 seeds as 3 + 2: the base's lone grid keeps both workers busy
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); BASE=2048; NENVS="32768"; HYBRID=""; STEPS=256; MB=32
     RECIPES="more-minibatches bigger-minibatch"; BUDGET=(--fixed-budget --total-timesteps 536870912)
