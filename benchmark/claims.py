@@ -68,8 +68,10 @@ class Stats(NamedTuple):
     low: float  # its interval at `level`
     high: float
     level: float
-    effect_size: float  # standardised: Cohen's d (paired: d_z)
-    mde: float  # the smallest true estimate detected with probability POWER at this level and seed count
+    effect_size: float  # the estimate over its spread, the margin not subtracted: Cohen's d (paired: d_z; a bootstrap:
+    #                     over the replicates' standard deviation)
+    mde: float  # the smallest true excess over the margin detected with probability POWER at this level and seed
+    #             count, from the observed standard error (a bootstrap: the normal approximation)
     n: str  # the seed counts
 
 
@@ -139,9 +141,10 @@ def decide(conditions, alpha=ALPHA):
             c.outcome, c.note = "undecided", "fewer than 2 seeds on a side: no interval"
         else:
             c.outcome = "supported" if c.stats.low > c.margin else "contradicted" if c.stats.high < c.margin else "undecided"
-    for c in conditions:  # a condition read only where its premise holds
+    for c in conditions:  # a condition read only where what it rests on (a premise, or another condition) holds
         if c.requires is not None and c.requires.outcome != "supported":
-            c.outcome, c.note = "undecided", f"its premise ({c.requires.what}) is not supported"
+            rests_on = "its premise" if c.requires.premise else "the condition it rests on"
+            c.outcome, c.note = "undecided", f"{rests_on} ({c.requires.what}) is not supported"
     return conditions
 
 
@@ -161,12 +164,15 @@ def label(conditions):
 
 
 def resampled(estimate, replicates, what, numbers, n):
-    """Condition: estimate > 0, its interval the percentiles of `replicates` (a bootstrap over seeds); no MDE."""
+    """Condition: estimate > 0, its interval the percentiles of `replicates` (a bootstrap over seeds); its effect size
+    and MDE from the replicates' standard deviation (the normal approximation)."""
     replicates = np.asarray(replicates, np.float64)
+    spread = replicates.std(ddof=1)
 
     def test(level):
         low, high = np.percentile(replicates, [50 * (1 - level), 50 * (1 + level)])
-        return Stats(estimate, low, high, level, np.nan, np.nan, n)
+        mde = (scipy.stats.norm.ppf(1 - (1 - level) / 2) + scipy.stats.norm.ppf(POWER)) * spread
+        return Stats(estimate, low, high, level, estimate / spread if spread else np.nan, mde, n)
     return Condition(what, numbers, test)
 
 
@@ -564,19 +570,20 @@ def claim_9(out_dir):
     1. more epochs hurt at few envs: 8 envs with 8 epochs end lower than 8 envs with 4;
     2. more envs recover them: 16 envs with 8 epochs end higher than 8 envs with 8;
     3. completely (the paper's words): 16 envs with 8 epochs end at least as high as 8 envs with 4, within a margin of
-       10% of the latter's mean; read only where condition 1 (its premise) is supported. Until 2026-11-27 it compared
-       the means alone, whatever condition 1 found."""
+       10% of the latter's mean; read only where condition 1 is supported (condition 1 gates it and, unlike claims 2
+       and 3's premises, counts toward the label). Until 2026-11-27 it compared the means alone, whatever condition
+       1 found."""
     tables = Tables(Path(out_dir) / "epochs" / "analysis")
     conditions = []
     for env in by_game(tables):
         def final(n, e):
             return tables.final(env=env, **{"num-envs": n, "num-steps": 128, "update-epochs": e})
-        premise = greater(final(8, 4), final(8, 8), "8 envs, 4 epochs", "8 envs, 8 epochs", f"{env}, final return")
-        conditions.append(premise)
+        gate = greater(final(8, 4), final(8, 8), "8 envs, 4 epochs", "8 envs, 8 epochs", f"{env}, final return")
+        conditions.append(gate)
         conditions.append(greater(final(16, 8), final(8, 8), "16 envs, 8 epochs", "8 envs, 8 epochs", f"{env}, final return"))
         conditions.append(greater(final(16, 8), final(8, 4), "16 envs, 8 epochs", "8 envs, 4 epochs", f"{env}, final return",
                                   margin=-0.1 * abs(final(8, 4).mean())))
-        conditions[-1].requires = premise
+        conditions[-1].requires = gate
     return conditions, figures(out_dir, "epochs", ["curves.png", "final_vs_flag.png"], by_game(tables))
 
 
@@ -655,8 +662,9 @@ def report(number, out_dir, scale="small"):
     level = conditions[0].stats.level if conditions else 1 - ALPHA
     lines = [f"### Claim {number} ({source}): {result.upper()} ({counts})\n", f"{claim}.\n", f"Command: `{command}`\n",
              f"Intervals at {100 * level:.4g}% (Bonferroni: {100 * (1 - ALPHA):g}% over the claim's {len(conditions)} "
-             f"conditions{', premises included' if premises else ''}); MDE: the smallest true difference found with "
-             f"probability {POWER:g} at that level.\n",
+             f"conditions{', premises included' if premises else ''}); effect size: the estimate over its standard "
+             f"deviation; MDE: the smallest true excess over the margin found with probability {POWER:g} at that level, "
+             f"from the observed standard error.\n",
              "| condition | outcome | estimate [interval] | effect size | MDE (n) | numbers |", "|---|---|---|---|---|---|"]
 
     def cell(text):  # ||x|| inside a markdown table

@@ -84,17 +84,21 @@ def test_the_mde_is_detected_with_80_percent_power():
     assert 0.72 < found < 0.88
 
 
-def test_a_condition_whose_premise_is_not_supported_is_undecided():
-    premise = claims.greater([1.0, 1.1], [2.0, 2.1], "a", "b")  # contradicted
+@pytest.mark.parametrize("is_premise, named", [(True, "its premise (a: "), (False, "the condition it rests on (a: ")])
+def test_a_condition_whose_premise_is_not_supported_is_undecided(is_premise, named):
+    premise = claims.greater([1.0, 1.1], [2.0, 2.1], "a", "b", what="a")  # contradicted
+    premise.premise = is_premise
     after = claims.greater([5.0, 5.1], [1.0, 1.1], "c", "d")
     after.requires = premise
     assert outcomes(premise, after) == ["contradicted", "undecided"]
-    assert "premise" in after.note
+    assert after.note.startswith(named)
 
 
 def test_a_bootstrap_condition():
     sure = claims.resampled(0.5, np.linspace(0.1, 0.9, 101), "w", "", "3")
     assert outcomes(sure) == ["supported"] and sure.stats.low == pytest.approx(0.1 + 0.8 * 0.025)
+    spread = np.linspace(0.1, 0.9, 101).std(ddof=1)  # at one condition's 95%: (1.96 + 0.84) standard deviations
+    assert sure.stats.mde == pytest.approx(2.8016 * spread, rel=1e-3) and sure.stats.effect_size == pytest.approx(0.5 / spread)
 
 
 @pytest.mark.parametrize("found, word", [(["supported", "supported"], "reproduced"),
