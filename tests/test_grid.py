@@ -646,9 +646,9 @@ RUNNER_GRIDS = {
     "atari10_nenvs.sh": 10 * 5 * (7 + 7 + 3) - 50, "atari10_epochs.sh": 10 * 5 * 3 * (3 + 2),
     "atari10_encoders.sh": 2 * 10 * 5 * 7, "pqn_nenvs.sh": 10 * 5 * (7 + 3), "rnd_nenvs.sh": 2 * 2 * 5 * 4,
     "lr_sensitivity.sh": 10 * 5 * (1 + 3 + 3), "gamma_sensitivity.sh": 10 * 5 * 3 * (3 + 2),
-    "recipes.sh": 5 * (1 + 4 * 3 + 4), "com_eps.sh": 3 * 5 * 5, "stag_fig5b_eps.sh": 5 * 5,
-    "stag_fig3a_resume.sh": 5 * 2, "stag_fig4_lr.sh": 3 * 3 * 3 * 2, "stag_fig6_epochs.sh": 3 * 4 * (4 + 3),
-    "stag_fig7_minibatch.sh": 3 * 3 * (3 + 2), "ddr_budgets.sh": 3 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 5 * (1 + 2),
+    "recipes.sh": 5 * (1 + 4 * 3 + 4), "com_eps.sh": 5 * 5 * 5, "stag_fig5b_eps.sh": 5 * 5,
+    "stag_fig3a_resume.sh": 5 * 2, "stag_fig4_lr.sh": 5 * 3 * 3 * 2, "stag_fig6_epochs.sh": 5 * 4 * (4 + 3),
+    "stag_fig7_minibatch.sh": 5 * 3 * (3 + 2), "ddr_budgets.sh": 5 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 5 * (1 + 2),
     "sfl_scaling.sh": 2 * 3 * (3 + 1), "sfl_fig15_minibatches.sh": 3 * 3, "sfl_fig17_lr.sh": 3 * 3, "sfl_fig18_ewma.sh": 3 * (1 + 3),
     "sfl_fig19_filtering.sh": 3 * 3,
     # procgen_nenvs: 4 fixed-batch configs, 2 more N_envs and 2 longer rollouts than the shared 64 x 256
@@ -656,7 +656,7 @@ RUNNER_GRIDS = {
     "coverage_fig2.sh": 10 * 5 * 4,  # Atari-10 x 5 seeds x 4 fixed-batch configs
     # brax_nenvs: 3 tasks x 5 seeds x (4 fixed-batch configs, 2 more N_envs and 2 longer rollouts than the shared 2048 x 10)
     "brax_nenvs.sh": 3 * 5 * (4 + 2 + 2),
-    "stag_fig10_brax.sh": 2 * 3 * 2 * 2,  # Ant, Humanoid x 3 seeds x 2 N_envs x minibatch 4 N_envs or 16,384
+    "stag_fig10_brax.sh": 2 * 5 * 2 * 2,  # Ant, Humanoid x 5 seeds x 2 N_envs x minibatch 4 N_envs or 16,384
 }
 
 

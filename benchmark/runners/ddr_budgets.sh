@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stagnation Fig. 8: the Data-to-Divergence Ratio against the best solve rate, for several compute budgets (one
 # colour per budget and config in the plot), over data per update (N_envs) and update sizes (epochs x minibatches);
-# PPO on Kinetix locomotion, 3 seeds. The grid and budgets are this project's choice.
+# PPO on Kinetix locomotion, 5 seeds (the paper's, App. A.1; 3 until 2026-11-28). The grid and budgets are this project's choice.
 # Claim 6 of benchmark/reproduce.md (claims.py: the score rises with the DDR at its low end and falls at its high end,
 # and the best config moves to a higher DDR with the budget). SCALE=small (fixed 2026-11-27, before any run):
 # SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's task: 64 envs x 128 steps, 8 epochs x 32 minibatches held), the DDR
@@ -31,7 +31,7 @@ elif [[ "$SCALE" == gpu ]]; then
     CLIPS="0.05 0.2 0.8"; XFLAG=clip-coef; BUDGETS="134217728 536870912"
     launch_defaults $STAG_GPU_FLAGS
 else
-    SEEDS="1 2 3"; ENV=(--env-id locomotion); NENVS="512 2048 8192"; EPOCHS="2 8 32"; MB="8 32 128"
+    SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); NENVS="512 2048 8192"; EPOCHS="2 8 32"; MB="8 32 128"
     BUDGETS="100000000 500000000 2000000000"
 fi
 for budget in $BUDGETS; do

@@ -3,7 +3,7 @@
 # = 98,304; the paper's recipe (keep the minibatch size and learning rate, add minibatches) puts it back to Isaac Gym's
 # default 16,384 and PPO improves. Isaac Gym does not install from PyPI; here Brax's Ant and Humanoid with
 # ppo_ewma_brax.py's standard PPO and PureJaxRL's Brax recipe otherwise (lr 3e-4, 4 epochs, normalisation;
-# docs/ppo_ewma_brax.md), 16 steps per rollout, 3 seeds, 2e9 steps per run (a fixed budget), at 24,576 envs and at
+# docs/ppo_ewma_brax.md), 16 steps per rollout, 5 seeds (the paper's, App. A.1; 3 until 2026-11-28), 2e9 steps per run (a fixed budget), at 24,576 envs and at
 # 6,144 (Fig. 10's "more amenable to additional parallelisation": the gain should grow with N_envs).
 #   bigger_minibatch (the recipe off, Singla et al.'s rule): minibatch 4 x N_envs (24,576 and 98,304: 4 minibatches);
 #   keep_minibatch (the recipe on): minibatch 16,384 (6 and 24 minibatches).
@@ -14,7 +14,7 @@ if smoke; then
     ENVS="inverted_pendulum"; SEEDS="1"; NENVS="8 32"; STEPS=4; KEEP=16; ITER=(--iterations 4)
     FLAGS=(--update-epochs 1 --dynamics-batch 16)
 else
-    ENVS="ant humanoid"; SEEDS="1 2 3"; NENVS="6144 24576"; STEPS=16; KEEP=16384
+    ENVS="ant humanoid"; SEEDS="1 2 3 4 5"; NENVS="6144 24576"; STEPS=16; KEEP=16384
     ITER=(--fixed-budget --total-timesteps 2000000000); FLAGS=()
 fi
 # a checkpoint every 1000 iterations (a checkpoint holds every env's Brax state: a few per run, not 50)
