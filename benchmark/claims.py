@@ -3,6 +3,7 @@
     python benchmark/claims.py 1 grids/noisy_sgd               # prints the verdict, writes grids/noisy_sgd/claim_1.md/.json
     python benchmark/claims.py 1 grids/noisy_sgd --publish benchmark/reproduce   # and copies it with its figures there
     python benchmark/claims.py 3 grids/gpu/com_eps --scale gpu                  # the verdict of a SCALE=gpu run
+    python benchmark/claims.py 2 --from-published benchmark/reproduce            # judged again from its per-seed tables
 
 Every claim is tested by conditions fixed before its runs (written here and at the top of its runner, and not
 changed after seeing results; where one was changed, its docstring keeps what it was). Each condition states the
@@ -52,7 +53,7 @@ class Condition:
     numbers: str  # the numbers it is decided on
     test: Callable = field(repr=False)  # level -> Stats
     margin: float = 0.0
-    requires: Optional["Condition"] = field(default=None, repr=False)  # undecided unless that one is supported
+    requires: list = field(default_factory=list, repr=False)  # undecided unless each of these is supported
     premise: bool = False  # a condition of the experiment, not of the claim: it gates others, and counts for no label
     outcome: str = "undecided"
     stats: Optional["Stats"] = None
@@ -141,10 +142,11 @@ def decide(conditions, alpha=ALPHA):
             c.outcome, c.note = "undecided", "fewer than 2 seeds on a side: no interval"
         else:
             c.outcome = "supported" if c.stats.low > c.margin else "contradicted" if c.stats.high < c.margin else "undecided"
-    for c in conditions:  # a condition read only where what it rests on (a premise, or another condition) holds
-        if c.requires is not None and c.requires.outcome != "supported":
-            rests_on = "its premise" if c.requires.premise else "the condition it rests on"
-            c.outcome, c.note = "undecided", f"{rests_on} ({c.requires.what}) is not supported"
+    for c in conditions:  # a condition read only where what it rests on (premises, or another condition) holds
+        failed = [r for r in c.requires if r.outcome != "supported"]
+        if failed:
+            rests_on = "its premise" if failed[0].premise else "the condition it rests on"
+            c.outcome, c.note = "undecided", f"{rests_on} ({failed[0].what}) is not supported"
     return conditions
 
 
@@ -177,19 +179,24 @@ def resampled(estimate, replicates, what, numbers, n):
 
 
 class Tables:
-    """analyze.py's tables of one grid's analysis folder (each folder read is listed in `read`: --publish copies them)."""
+    """analyze.py's tables of one grid's analysis folder (each folder read is listed in `read`: --publish copies them),
+    or, where `published` names a claim's published folder, the copies --publish made of them there."""
     read = []
+    published = None
 
     def __init__(self, folder):
         folder = Path(folder)
-        if not (folder / "scores.csv").is_file():
-            fail(f"no analysis at {folder} (scores.csv missing): run the runner, or its analysis, first")
-        if not (folder / "runs.csv").is_file():
-            fail(f"no analysis at {folder} (runs.csv missing): run the runner, or its analysis, first")
+        files = {table: folder / f"{table}.csv" for table in ("scores", "runs")}
+        if Tables.published is not None:
+            files = {table: Tables.published / f"{published_name(folder)}_{table}.csv.gz" for table in files}
+        for file in files.values():
+            if not file.is_file():
+                fail(f"no analysis at {folder} ({file} missing): run the runner, or its analysis, first")
         self.folder = folder
-        self.scores = pd.read_csv(folder / "scores.csv")
-        self.runs = pd.read_csv(folder / "runs.csv")
+        self.scores = pd.read_csv(files["scores"])
+        self.runs = pd.read_csv(files["runs"])
         Tables.read.append(folder)
+
 
     def final(self, **where):
         """Final scores, one per run (seed), of the rows matching where (column=value)."""
@@ -211,6 +218,11 @@ class Tables:
             fail(f"{self.folder}/runs.csv has no {tag} curve with {where}")
         return {seed: (g.x.to_numpy(), g.value.to_numpy()) for seed, g in rows.groupby("seed")}
 
+
+def published_name(folder):
+    """The prefix of an analysis folder's tables where --publish copies them: step_sizes/analysis -> step_sizes,
+    com_eps/analysis_entropy -> com_eps_entropy."""
+    return f"{folder.parent.name}_{folder.name.removeprefix('analysis').strip('_')}".rstrip("_")
 
 def select(frame, where):
     """The rows whose columns equal where's values: as numbers where both are numbers (8 matches 8.0), else as text."""
@@ -317,6 +329,29 @@ def kept_entropy(tables, name, **where):
     return condition
 
 
+FLAT = 0.1  # a plateau: the return over the last quarter of training exceeds that over the quarter before by less
+
+
+def flat_return(tables, name, **where):
+    """Premise: a config's score has plateaued: per seed, its gain from the third quarter of training to the last
+    over the third quarter's level, (last - third) / |third|, below FLAT (10%). The score is the one curve of the
+    analysis' runs.csv outside dynamics/ (the episodic return, or Kinetix's solve rate). Added 2026-11-28 to claims
+    2-4, after their reruns of 2026-11-27 (it can only withdraw support: what it gates is undecided where it fails)."""
+    tags = sorted(t for t in tables.runs.tag.dropna().unique() if not str(t).startswith("dynamics/"))
+    if len(tags) != 1:
+        fail(f"{tables.folder}/runs.csv: the score's curve must be its one tag outside dynamics/ (found {tags})")
+    gains = []
+    for x, v in tables.curves(tags[0], **where).values():
+        end, span = x.max(), x.max() - x.min()
+        last, third = v[x >= end - span / 4].mean(), v[(x >= end - span / 2) & (x < end - span / 4)].mean()
+        gains.append((last - third) / max(abs(third), 1e-8))
+    gains = np.array(gains)
+    condition = above(FLAT - gains, 0.0, f"{name} has plateaued: its score gains less than {FLAT:.0%} from the third quarter "
+                      f"of training to the last", f"{name}: gain {gains.mean():+.1%} (per seed {', '.join(f'{g:+.0%}' for g in gains)})")
+    condition.premise = True
+    return condition
+
+
 def claim_2(out_dir):
     """Stagnation Fig. 1a / 5, runners com_eps.sh (first) and stag_fig5b_eps.sh (its OUT_DIR's sibling).
 
@@ -325,7 +360,8 @@ def claim_2(out_dir):
     (6-10), 1M steps. Conditions:
     1. the weakly regularised arms plateau rather than collapse (the paper sets a collapsed policy aside): over the
        last quarter of training the entropy of the lowest COM's and of the largest epsilon's policy stays above 10%
-       of its first logged value (kept_entropy), per seed;
+       of its first logged value (kept_entropy), per seed; and (added 2026-11-28, after the reruns of 2026-11-27,
+       flat_return) their return has plateaued: it gains less than 10% from the third quarter to the last;
     2. weak regularisation by the COM: the final return at the highest COM is higher than at the lowest, read only
        where its arm's condition 1 is supported;
     3. weak regularisation by epsilon: PPO's final return at epsilon 0.2 (Table 2's) is higher than at the largest,
@@ -334,14 +370,15 @@ def claim_2(out_dir):
     eps = Tables(Path(out_dir) / "eps" / "analysis")
     low, high = numeric(com, "ewma-com")[0], numeric(com, "ewma-com")[-1]
     widest = numeric(eps, "clip-coef")[-1]
-    plateaus = [kept_entropy(Tables(com.folder.parent / "analysis_entropy"), f"COM {low:g}", **{"ewma-com": low}),
-                kept_entropy(Tables(eps.folder.parent / "analysis_entropy"), f"epsilon {widest:g}", **{"clip-coef": widest})]
-    conditions = [*plateaus,
+    entropy = [kept_entropy(Tables(com.folder.parent / "analysis_entropy"), f"COM {low:g}", **{"ewma-com": low}),
+               kept_entropy(Tables(eps.folder.parent / "analysis_entropy"), f"epsilon {widest:g}", **{"clip-coef": widest})]
+    flat = [flat_return(com, f"COM {low:g}", **{"ewma-com": low}), flat_return(eps, f"epsilon {widest:g}", **{"clip-coef": widest})]
+    conditions = [entropy[0], flat[0], entropy[1], flat[1],
                   greater(com.final(**{"ewma-com": high}), com.final(**{"ewma-com": low}), f"COM {high:g}", f"COM {low:g}",
                           "PPO-EWMA final return"),
                   greater(eps.final(**{"clip-coef": 0.2}), eps.final(**{"clip-coef": widest}), "epsilon 0.2",
                           f"epsilon {widest:g}", "PPO final return")]
-    conditions[2].requires, conditions[3].requires = plateaus
+    conditions[4].requires, conditions[5].requires = conditions[:2], conditions[2:4]
     return conditions, [Path(out_dir).parent / "com_eps" / "com_eps" / "analysis" / "curves.png",
                         Path(out_dir) / "eps" / "analysis" / "curves.png"]
 
@@ -353,8 +390,9 @@ def claim_3(out_dir):
     """Stagnation Fig. 2b-c, runner com_eps.sh (its analyses of losses/approx_kl, losses/grad_norm_actor,
     charts/update_norm_actor and losses/entropy).
 
-    Conditions: the premise of claim 2 (the lowest COM's policy keeps its entropy: a plateau, not a collapse, whose
-    small steps would say nothing of the paper's), then, read only where it holds, over the last quarter of training
+    Conditions: the premises of claim 2 for the lowest COM (its policy keeps its entropy: a plateau, not a collapse,
+    whose small steps would say nothing of the paper's; and, added 2026-11-28 after the rerun of 2026-11-27, its
+    return has plateaued), then, read only where they hold, over the last quarter of training
     the lowest COM's runs have a larger KL from the behaviour policy, a larger raw gradient norm and a larger
     per-iteration update norm than the highest COM's, both norms the actor's (the policy's step: the critic's share
     of the whole grows with the return). Departure: the paper's footnote speaks of the raw gradient norm under one
@@ -363,14 +401,15 @@ def claim_3(out_dir):
     grid = Path(out_dir) / "com_eps"
     entropy = Tables(grid / "analysis_entropy")
     low = numeric(entropy, "ewma-com")[0]
-    premise = kept_entropy(entropy, f"COM {low:g}", **{"ewma-com": low})
-    conditions = [premise]
+    premises = [kept_entropy(entropy, f"COM {low:g}", **{"ewma-com": low}),
+                flat_return(Tables(grid / "analysis"), f"COM {low:g}", **{"ewma-com": low})]
+    conditions = list(premises)
     for tag in CLAIM_3_TAGS:
         tables = Tables(grid / f"analysis_{tag.split('/')[1]}")
         low, high = numeric(tables, "ewma-com")[0], numeric(tables, "ewma-com")[-1]
         conditions.append(greater(late_mean(tables, tag, **{"ewma-com": low}), late_mean(tables, tag, **{"ewma-com": high}),
                                   f"COM {low:g}", f"COM {high:g}", f"{tag} over the last quarter"))
-        conditions[-1].requires = premise
+        conditions[-1].requires = premises
     return conditions, [grid / f"analysis_{tag.split('/')[1]}" / "curves.png" for tag in CLAIM_3_TAGS]
 
 
@@ -381,7 +420,9 @@ def claim_4(out_dir):
     256 to 244. SCALE=gpu and paper: also the lowering arm, a COM-256 start resumed with the low COM (control: COM 256
     kept). Conditions, paired by seed (both arms resume one seed's checkpoint; paired since 2026-11-27):
     1. raising the COM resumes improvement: the resumed COM-256 runs end higher than the low-COM runs did at the
-       plateau (the final return of the first 122 iterations);
+       plateau (the final return of the first 122 iterations); read only where the premise that the low-COM runs had
+       plateaued holds (flat_return; added 2026-11-28, after the rerun of 2026-11-27: a run still rising meets
+       condition 1 by the extra training alone);
     2. and higher than the control that kept the low COM;
     3. (where the lowering arm ran; added 2026-11-27, before any run of it) lowering the COM drops performance: the
        high-COM runs at the switch (their plateau grid's final return) end higher than the same seeds resumed with the
@@ -397,10 +438,12 @@ def claim_4(out_dir):
         return tables.final(grid=f"resume_{first:g}", **{"ewma-com": com})
 
     raised = resumed(start, higher)
-    conditions = [greater(raised, plateau, f"resumed with COM {higher:g}", f"COM {start:g} at the plateau", "final return",
-                          paired=True),
+    flat = flat_return(tables, f"COM {start:g} before the switch", grid=f"plateau_{start:g}")
+    conditions = [flat, greater(raised, plateau, f"resumed with COM {higher:g}", f"COM {start:g} at the plateau", "final return",
+                                paired=True),
                   greater(raised, resumed(start, start), f"resumed with COM {higher:g}", f"resumed with COM {start:g}",
                           "final return", paired=True)]
+    conditions[1].requires = [flat]
     if f"resume_{higher:g}" in set(tables.scores.grid.astype(str)):
         conditions.append(greater(tables.final(grid=f"plateau_{higher:g}"), resumed(higher, start),
                                   f"COM {higher:g} at the switch", f"lowered to COM {start:g}",
@@ -583,7 +626,7 @@ def claim_9(out_dir):
         conditions.append(greater(final(16, 8), final(8, 8), "16 envs, 8 epochs", "8 envs, 8 epochs", f"{env}, final return"))
         conditions.append(greater(final(16, 8), final(8, 4), "16 envs, 8 epochs", "8 envs, 4 epochs", f"{env}, final return",
                                   margin=-0.1 * abs(final(8, 4).mean())))
-        conditions[-1].requires = gate
+        conditions[-1].requires = [gate]
     return conditions, figures(out_dir, "epochs", ["curves.png", "final_vs_flag.png"], by_game(tables))
 
 
@@ -682,14 +725,33 @@ def report(number, out_dir, scale="small"):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("claim", type=int, help=f"the claim's number ({', '.join(map(str, CLAIMS))})")
-    parser.add_argument("out_dir", help="the runner's OUT_DIR (its grids and their analysis folders)")
+    parser.add_argument("out_dir", nargs="?", help="the runner's OUT_DIR (its grids and their analysis folders)")
     parser.add_argument("--publish", metavar="DIR", help="also copy the verdict and its figures to DIR/claim_<n>/")
+    parser.add_argument("--from-published", metavar="DIR",
+                        help="judge again from the per-seed tables a --publish left in DIR/claim_<n>/ (no OUT_DIR) and "
+                             "rewrite its verdict.md (figures kept) and verdict.json there")
     parser.add_argument("--scale", choices=["smoke", "small", "gpu", "paper"], default="small",
                         help="the runner's SCALE, named in the verdict's command")
     opts = parser.parse_args(argv)
     if opts.claim not in CLAIMS:
         fail(f"claim must be one of {', '.join(map(str, CLAIMS))} (got {opts.claim})")
-    if not Path(opts.out_dir).is_dir():
+    if opts.from_published:
+        if opts.out_dir or opts.publish:
+            fail("--from-published reads and rewrites a published verdict: give no out_dir and no --publish")
+        folder = Path(opts.from_published) / f"claim_{opts.claim}"
+        if not (folder / "verdict.md").is_file():
+            fail(f"--from-published {opts.from_published}: no {folder / 'verdict.md'} (publish the claim first)")
+        Tables.published = folder
+        try:  # the claim's analysis folders by their published names, whatever the OUT_DIR was
+            text, data, _, _ = report(opts.claim, "published", opts.scale)
+        finally:
+            Tables.published = None
+        kept = [line for line in (folder / "verdict.md").read_text().splitlines() if line.startswith("![")]
+        (folder / "verdict.md").write_text(text + "\n" + "".join(f"{line}\n" for line in kept))
+        (folder / "verdict.json").write_text(json.dumps(data, indent=1, default=float))
+        print(text)
+        return data
+    if not opts.out_dir or not Path(opts.out_dir).is_dir():
         fail(f"out_dir {opts.out_dir}: no such folder")
     text, data, figures, tables = report(opts.claim, opts.out_dir, opts.scale)
     out = Path(opts.out_dir)
@@ -706,10 +768,9 @@ def main(argv=None):
                 image.convert("RGB").quantize(colors=64).save(dest / name, optimize=True)
             names.append(name)
         for folder in tables:  # the per-seed numbers behind the verdict: step_sizes/analysis -> step_sizes_scores.csv.gz
-            prefix = f"{folder.parent.name}_{folder.name.removeprefix('analysis').strip('_')}".rstrip("_")
             for table in ("scores", "runs"):
-                pd.read_csv(folder / f"{table}.csv").to_csv(dest / f"{prefix}_{table}.csv.gz", index=False, float_format="%.6g",
-                                                                  compression={"method": "gzip", "mtime": 0})
+                pd.read_csv(folder / f"{table}.csv").to_csv(dest / f"{published_name(folder)}_{table}.csv.gz", index=False,
+                                                            float_format="%.6g", compression={"method": "gzip", "mtime": 0})
         (dest / "verdict.md").write_text(text + "\n" + "".join(f"![{n}]({n})\n" for n in names))
         (dest / "verdict.json").write_text(json.dumps(data, indent=1, default=float))
     print(text)
