@@ -417,8 +417,10 @@ def claim_4(out_dir):
     """Stagnation Fig. 3a, runner stag_fig3a_resume.sh (its comparison resume_all).
 
     SCALE=small: COM 8 for 122 iterations (COM 4 until 2026-11-27), then each seed resumed with COM 8 (control) and
-    256 to 244. SCALE=gpu and paper: also the lowering arm, a COM-256 start resumed with the low COM (control: COM 256
-    kept). Conditions, paired by seed (both arms resume one seed's checkpoint; paired since 2026-11-27):
+    256 to 244 (PART=raise); and, since 2026-11-28 (fixed before any of its runs), the lowering arm: COM 256 for 122
+    iterations resumed with COM 8 (PART=lower; no COM-256 control). SCALE=gpu and paper: both arms, the lowering one
+    with the control that keeps COM 256. Each arm's conditions are read where its grids ran. Conditions, paired by
+    seed (both arms resume one seed's checkpoint; paired since 2026-11-27):
     1. raising the COM resumes improvement: the resumed COM-256 runs end higher than the low-COM runs did at the
        plateau (the final return of the first 122 iterations); read only where the premise that the low-COM runs had
        plateaued holds (flat_return; added 2026-11-28, after the rerun of 2026-11-27: a run still rising meets
@@ -430,24 +432,27 @@ def claim_4(out_dir):
        would also meet).
     Not tested: "the same asymptote" in both directions, an equivalence the paper gives no margin for."""
     tables = Tables(Path(out_dir) / "resume_all" / "analysis")
-    start = numeric(tables, "ewma-com")[0]
-    higher = numeric(tables, "ewma-com")[-1]
-    plateau = tables.final(grid=f"plateau_{start:g}")
+    start, higher = numeric(tables, "ewma-com")[0], numeric(tables, "ewma-com")[-1]
+    grids = set(tables.scores.grid.astype(str))
 
     def resumed(first, com):
         return tables.final(grid=f"resume_{first:g}", **{"ewma-com": com})
 
-    raised = resumed(start, higher)
-    flat = flat_return(tables, f"COM {start:g} before the switch", grid=f"plateau_{start:g}")
-    conditions = [flat, greater(raised, plateau, f"resumed with COM {higher:g}", f"COM {start:g} at the plateau", "final return",
-                                paired=True),
-                  greater(raised, resumed(start, start), f"resumed with COM {higher:g}", f"resumed with COM {start:g}",
-                          "final return", paired=True)]
-    conditions[1].requires = [flat]
-    if f"resume_{higher:g}" in set(tables.scores.grid.astype(str)):
+    conditions = []
+    if f"resume_{start:g}" in grids:  # the raising arm (PART=raise)
+        raised = resumed(start, higher)
+        flat = flat_return(tables, f"COM {start:g} before the switch", grid=f"plateau_{start:g}")
+        conditions += [flat, greater(raised, tables.final(grid=f"plateau_{start:g}"), f"resumed with COM {higher:g}",
+                                     f"COM {start:g} at the plateau", "final return", paired=True),
+                       greater(raised, resumed(start, start), f"resumed with COM {higher:g}", f"resumed with COM {start:g}",
+                               "final return", paired=True)]
+        conditions[1].requires = [flat]
+    if f"resume_{higher:g}" in grids:  # the lowering arm (PART=lower)
         conditions.append(greater(tables.final(grid=f"plateau_{higher:g}"), resumed(higher, start),
                                   f"COM {higher:g} at the switch", f"lowered to COM {start:g}",
                                   f"final return from a COM-{higher:g} start", paired=True))
+    if not conditions:
+        fail(f"{tables.folder}: no resume_{start:g} or resume_{higher:g} grid to judge claim 4 on")
     return conditions, [Path(out_dir) / "resume_all" / "analysis" / "curves.png"]
 
 

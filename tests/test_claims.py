@@ -383,6 +383,13 @@ def test_claim_4_resuming_with_a_higher_com(tmp_path):
         data = claims.main(["4", str(tmp_path)])
         assert data["conditions"][3]["what"] == "final return from a COM-256 start: COM 256 at the switch > lowered to COM 4"
         assert data["conditions"][3]["outcome"] == outcome
+    # the lowering arm alone (stag_fig3a_resume.sh PART=lower before PART=raise): its condition alone
+    shutil.rmtree(folder)
+    final = lambda c: 1.0 if c["grid"] == "resume_256" else 2.0
+    stagnation_grid(folder, [{"grid": "plateau_256", "ewma-com": 256}, {"grid": "resume_256", "ewma-com": 8}], final, flat_at_final(final))
+    data = claims.main(["4", str(tmp_path)])
+    assert [c["what"] for c in data["conditions"]] == ["final return from a COM-256 start: COM 256 at the switch > lowered to COM 8"]
+    assert data["verdict"] == "reproduced"
 
 
 def test_claim_5_more_minibatches_against_bigger_minibatch(tmp_path):

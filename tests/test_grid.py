@@ -696,12 +696,12 @@ def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
 
 # the runners with SCALE=small and gpu settings (benchmark/reproduce.md) and their unique runs: 2 games x 5 seeds (gpu: 10)
 # for the data-collection claims, 5 seeds for the stagnation claims (stag_fig3a_resume's resumes need its plateau runs'
-# checkpoints: a DRY_RUN lists the plateau runs only, gpu's two starting COMs); the task each scale's runs must name
+# checkpoints: a DRY_RUN lists the plateau runs only, both starting COMs); the task each scale's runs must name
 SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 4, "noisy_sgd.sh": 10 * (1 + 2),
-               "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 5, "recipes.sh": 5 * (1 + 2),
+               "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 2 * 5, "recipes.sh": 5 * (1 + 2),
                "ddr_budgets.sh": 2 * 3 * 5}
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
-                                                "atari10_epochs.sh": 2 * 10 * 6, "stag_fig3a_resume.sh": 2 * 5}}
+                                                "atari10_epochs.sh": 2 * 10 * 6}}
 # the packs a scale's times assume (their number, and what each pack's header line matches)
 PACKS = {("gpu", "com_eps.sh"): (3, r"# seeds 1\.\.5 in one process"),
          ("gpu", "atari10_nenvs.sh"): (2 * 7, r"# seeds 1\.\.10 in one process"),
@@ -742,10 +742,24 @@ def test_a_part_of_atari10_nenvs_launches_its_claims_grids_alone(tmp_path, part,
     assert len({line for line in result.stdout.splitlines() if line.startswith("(cd ")}) == runs
 
 
-def test_an_unknown_part_is_refused_before_anything_runs(tmp_path):
-    result = run_runner("atari10_nenvs.sh", tmp_path, DRY_RUN="1", SCALE="small", PART="grown")
+@pytest.mark.parametrize("part, starts", [("raise", ["8"]), ("lower", ["256"]), ("all", ["8", "256"])])
+def test_a_part_of_stag_fig3a_resume_runs_one_arm(tmp_path, part, starts):
+    """SCALE=small: PART=raise trains (or shares) the COM-8 plateau and resumes it with COM 8 and 256; PART=lower the
+    COM-256 plateau, resumed with COM 8 alone (no COM-256 control: no condition reads it)."""
+    result = run_runner("stag_fig3a_resume.sh", tmp_path, DRY_RUN="1", SCALE="small", PART=part)
+    assert result.returncode == 0, result.stderr[-3000:]
+    plateaus = {re.search(r"--ewma-com (\S+)", line).group(1) for line in result.stdout.splitlines() if line.startswith("(cd ")}
+    resumes = {line.split("(after plateau_")[1].split(")")[0]: line.split("--ewma-com ")[1].split(" from")[0]
+               for line in result.stdout.splitlines() if line.startswith("(after plateau_")}
+    assert {float(com) for com in plateaus} == {float(start) for start in starts} and sorted(resumes) == sorted(starts)
+    assert all(resumes[start] == ("8 256" if start == "8" else "8") for start in starts)
+
+
+@pytest.mark.parametrize("runner, message", [("atari10_nenvs.sh", "all, fixed_batch or grow"), ("stag_fig3a_resume.sh", "all, raise or lower")])
+def test_an_unknown_part_is_refused_before_anything_runs(tmp_path, runner, message):
+    result = run_runner(runner, tmp_path, DRY_RUN="1", SCALE="small", PART="grown")
     assert result.returncode == 2 and not (tmp_path / "out").exists()
-    assert result.stderr.strip().splitlines()[-1] == "runner: PART must be all, fixed_batch or grow (got grown)"
+    assert result.stderr.strip().splitlines()[-1] == f"runner: PART must be {message} (got grown)"
 
 
 @pytest.mark.parametrize("runner, scale", [("lr_sensitivity.sh", "small"), ("pqn_nenvs.sh", "gpu"), ("noisy_sgd.sh", "huge")])

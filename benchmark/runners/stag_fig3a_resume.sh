@@ -6,8 +6,10 @@
 # 5 seeds; the COMs and lengths are this project's choice.
 # Claim 4 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), seeds 6-10, COM 8 for 122 iterations (1M
 # steps; the plateau is com_eps.sh's COM-8 runs, shared through the store), then resumed with COM 8 (the control) and
-# 256 to 244 iterations; the lowering arm (a COM-256 start resumed with COM 8) does not fit this scale's hour. Until
-# 2026-11-27: seeds 1-3 from COM 4, whose policy collapsed; COM 8 was chosen then, before any run of this claim at it,
+# 256 to 244 iterations (PART=raise); and, since 2026-11-28 (fixed before any of its runs), the lowering arm
+# (PART=lower): com_eps.sh's COM-256 runs, shared as the plateau_256 grid, resumed with COM 8 to 244 iterations (no
+# COM-256 control: no condition reads it). Each PART is one claim's hour after com_eps.sh (about 34 minutes, one or
+# two packs of 5 seeds x 1M steps); PART=all (the default) runs both, about 68. Until 2026-11-27: seeds 1-3 from COM 4, whose policy collapsed; COM 8 was chosen then, before any run of this claim at it,
 # after claim 3's runs had found no COM-8 seed collapsed at the end (three recovered from a collapse mid-run). 34.5
 # minutes after com_eps.sh (two packs of 5 seeds x 1M steps, 2.45k steps/s each, AMD EPYC, 2026-11-27), 68 without
 # it. SCALE=gpu (fixed 2026-11-27, before any run): Kinetix locomotion at Table 2, 5 seeds, COM 8 and COM 256 for 500
@@ -16,19 +18,28 @@
 # GPU-hours on an H200 (common.sh's measured rates).
 source "$(dirname "$0")/common.sh"
 supports small gpu
+LOWERED=""
 if smoke; then
     SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-envs 16 --num-steps 16 --num-minibatches 4); PLATEAU=3; TOTAL=6
     STARTS="1"; COMS="1 16"
 elif [[ "$SCALE" == small ]]; then
-    SEEDS="6 7 8 9 10"; ENV=("${STAG_SMALL[@]}"); PLATEAU=$STAG_SMALL_ITER; TOTAL=$((2 * STAG_SMALL_ITER)); STARTS="8"
-    COMS="8 256"
+    SEEDS="6 7 8 9 10"; ENV=("${STAG_SMALL[@]}"); PLATEAU=$STAG_SMALL_ITER; TOTAL=$((2 * STAG_SMALL_ITER)); STARTS="8 256"
+    COMS="8 256"; LOWERED="8"
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); PLATEAU=$((STAG_GPU_ITER / 2)); TOTAL=$STAG_GPU_ITER
     STARTS="8 256"; COMS="8 256"; launch_defaults $STAG_GPU_FLAGS
 else
     SEEDS="1 2 3 4 5"; ENV=(--env-id locomotion); PLATEAU=500; TOTAL=1000; STARTS="4 256"; COMS="4 16 64 256"
 fi
+# PART: raise (the lowest start, raised: claim 4's conditions 1-2), lower (the highest start, lowered: condition 3) or
+# all (default); LOWERED: the COMs the highest start resumes with where not $COMS (SCALE=small: no unread control)
+PART="${PART:-all}"; LOWERED="${LOWERED:-$COMS}"
+case "$PART" in all|raise|lower) ;; *) echo "runner: PART must be all, raise or lower (got $PART)" >&2; exit 2 ;; esac
+FIRST="${STARTS%% *}"; LAST="${STARTS##* }"
 for start in $STARTS; do
+    [[ "$PART" == raise && "$start" != "$FIRST" ]] && continue
+    [[ "$PART" == lower && ( "$start" != "$LAST" || "$LAST" == "$FIRST" ) ]] && continue
+    coms="$COMS"; [[ "$start" == "$LAST" && "$LAST" != "$FIRST" ]] && coms="$LOWERED"
     WAIT=1 launch "plateau_$start" --script ppo_ewma_jax --seeds $SEEDS --iterations $PLATEAU --save-every $PLATEAU \
         -- "${ENV[@]}" --ewma-com "$start"
     # per seed, in the order of $SEEDS (the launcher's run order): its newest checkpoint and the seeds it holds; a
@@ -40,16 +51,19 @@ for start in $STARTS; do
     while (( i < ${#seeds[@]} )); do
         IFS=$'\t' read -r ckpt held <<< "${ckpts[i]:-$'-\t0'}"
         if [[ "$ckpt" == - ]]; then
-            dry_run && echo "(after plateau_$start) resume seed ${seeds[i]} with --ewma-com $COMS from its checkpoint"
+            dry_run && echo "(after plateau_$start) resume seed ${seeds[i]} with --ewma-com $coms from its checkpoint"
             dry_run || { echo "runner: no checkpoint of the plateau_$start run of seed ${seeds[i]}; its resumes are skipped" >&2
                          FAILED=1; }
             i=$((i + 1)); continue
         fi
         launch "resume_$start" --script ppo_ewma_jax --seeds "${seeds[@]:i:held}" --seeds-per-process "$held" \
-            --iterations $TOTAL -- "${ENV[@]}" --ewma-com $COMS --resume "$(realpath "$ckpt")"
+            --iterations $TOTAL -- "${ENV[@]}" --ewma-com $coms --resume "$(realpath "$ckpt")"
         i=$((i + held))
     done
 done
-grids=""; for start in $STARTS; do grids+=" plateau_$start resume_$start"; done
+# the comparison: every start's grids this runner has made, in this PART or an earlier one
+grids=""; for start in $STARTS; do
+    [[ -d "$OUT_DIR/resume_$start" ]] || dry_run && grids+=" plateau_$start resume_$start"
+done
 compare resume_all "$grids" --x-flag ewma-com $(return_tag)
 if reduced; then claim 4; fi
