@@ -3,8 +3,8 @@
 #                 grids/gpu/<runner name>, apart from the small grids' runs and analyses)
 #   RUN_STORE     where runs live, shared by every runner so a run that several figures need runs once
 #                 (default: store/ beside OUT_DIR, i.e. grids/store)
-#   SCALE         the size of the grids: paper (default: the papers' sizes), small (what a 2-core CPU carries, 40
-#                 minutes per claim aimed at, up to about 70; benchmark/reproduce.md), gpu (one GPU; claims 2-4
+#   SCALE         the size of the grids: paper (default: the papers' sizes), small (what a 2-core CPU carries: a
+#                 runner, or a PART of one, within 60 minutes; benchmark/reproduce.md), gpu (one GPU; claims 2-4
 #                 and 7-10 sized from measured throughputs, below) or smoke (SMOKE=1)
 #   SMOKE=1       the same grids at a tiny size, minutes on a CPU (2 local workers unless LAUNCH_FLAGS says), analysis included
 #   PUBLISH       a folder (e.g. benchmark/reproduce) where the runner's claim verdicts are copied with their figures
