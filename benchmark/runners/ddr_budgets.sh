@@ -7,7 +7,8 @@
 # SpaceInvaders-MinAtar at Table 2 (STAG_SMALL's task: 64 envs x 128 steps, 8 epochs x 32 minibatches held), the DDR
 # varied apart from N_envs through PPO's clip epsilon 0.05, 0.2, 0.8 (an outer-loop step size, stagnation Table 1;
 # chosen to reach both ends: claim 2's earlier runs found epsilon 0.8 plateau low), budgets 2^17 = 131,072 and
-# 2^19 = 524,288 steps (16 and 64 iterations; fixed 2026-11-28, before their runs), 5 seeds, packed 3 + 2.
+# 2^19 = 524,288 steps (16 and 64 iterations; fixed 2026-11-28, before their runs), 5 seeds, packed 3 + 2. 35.1 minutes
+# on 2 workers, alone (Intel Xeon, 2026-11-28).
 # Until 2026-11-28: budgets 200k and 800k, 76 minutes on 2 workers (AMD EPYC, 2026-11-27, packs of 5, partly beside
 # tests) and 67 (Intel Xeon, 2026-11-28, packs of 3 + 2, partly beside tests), with identical results, not shown
 # within the hour a claim may take; the budgets were cut to 0.66 of the steps to fit it. Until 2026-11-27: N_envs 16, 64 x epochs 2, 8 x minibatches 8, 32, budgets 250k and 1M, 2 seeds.
