@@ -12,7 +12,8 @@
 # runner's minibatch steps. Until 2026-11-28 it ran: after atari10_nenvs.sh, whose 4-epoch runs it shares, the
 # 30M steps of 8-epoch runs took at most 47.6 minutes on 2 CPU cores (2 workers, Intel Xeon, 2026-11-28, beside a
 # stray process that took about a third of the machine; from an empty store at most about 76, not shown within the
-# hour a claim may take).
+# hour a claim may take). Timed again without it, from an empty store: 31.6 minutes on 2 workers, alone (Intel Xeon,
+# 2026-11-28), every per-seed final return as before.
 # Until 2026-11-28: 2 x 256 units, 61 minutes on 2 CPU cores (2 workers, AMD EPYC, 2026-11-27: 27.6 stopped by
 # SIGTERM, then 33.4 resumed). Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
