@@ -708,7 +708,8 @@ PACKS = {("gpu", "com_eps.sh"): (3, r"# seeds 1\.\.5 in one process"),
          ("gpu", "recipes.sh"): (1, r"# seeds 1\.\.5 in one process"),  # the base; a scaled run is a process alone
          ("gpu", "ddr_budgets.sh"): (2 * 3, r"# seeds 1\.\.5 in one process"),
          ("small", "ddr_budgets.sh"): (2 * 3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process"),  # 6 a budget: 2 workers balance
-         ("small", "recipes.sh"): (3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process")}  # the base's grid too
+         ("small", "recipes.sh"): (3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process"),  # the base's grid too
+         ("small", "com_eps.sh"): (3 * 2, r"# seeds (6\.\.8|9\.\.10) in one process")}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR, ("gpu", "atari"): MINATAR,

@@ -7,8 +7,10 @@
 # 2026-11-27 seeds 1-5 and COM 4, whose policy collapsed: COM 8 was chosen then, before any run of it, and the
 # no-collapse premise decides whether its runs test the claims. The analyses of losses/approx_kl and the actor's
 # losses/grad_norm_actor and charts/update_norm_actor feed claim 3 (Fig. 2b-c), that of losses/entropy the premise
-# of claims 2 and 3 (the lowest COM's policy has not collapsed). About 53 minutes on 2 workers
-# (AMD EPYC, 2026-11-27: its last 5.9M steps alone in 21 min, 3 and 2 seeds to a process). SCALE=gpu (fixed
+# of claims 2 and 3 (the lowest COM's policy has not collapsed). About 53 minutes on 2 workers, seeds packed 3 + 2
+# (AMD EPYC, 2026-11-27: its last 5.9M steps alone in 21 min, 3 and 2 seeds to a process; an estimate, not yet timed
+# whole). Since 2026-11-28 the runner packs 3 + 2 itself: packs of 5, its default until then, made 3 processes for
+# 2 workers, about 64 minutes (the third alone). SCALE=gpu (fixed
 # 2026-11-27, before any run): Kinetix locomotion at Table 2, seeds 1-5 in one process, COM 8, 32, 256 at epsilon 0.2, 1000 iterations (524M
 # steps a run); 3 configs x 61 GPU-minutes = 3.1 GPU-hours on an H200 (common.sh's measured rates).
 source "$(dirname "$0")/common.sh"
@@ -17,6 +19,7 @@ if smoke; then
     SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-envs 16 --num-steps 16 --num-minibatches 4); ITER=4; COMS="1 4"; EPS="0.1 0.2"
 elif [[ "$SCALE" == small ]]; then
     SEEDS="6 7 8 9 10"; ENV=("${STAG_SMALL[@]}"); ITER=$STAG_SMALL_ITER; COMS="8 32 256"; EPS="0.2"
+    launch_defaults --workers 2 --seeds-per-process 3  # 5 seeds as 3 + 2: packs of 5 would leave the third config alone
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); ITER=$STAG_GPU_ITER; COMS="8 32 256"; EPS="0.2"
     launch_defaults $STAG_GPU_FLAGS
