@@ -69,8 +69,8 @@ class Stats(NamedTuple):
     low: float  # its interval at `level`
     high: float
     level: float
-    effect_size: float  # the estimate over its spread, the margin not subtracted: Cohen's d (paired: d_z; a bootstrap:
-    #                     over the replicates' standard deviation)
+    effect_size: float  # the estimate over its spread, the margin not subtracted: Cohen's d (paired: d_z); a bootstrap:
+    #                     over the replicates' standard deviation, a z-score, not a d
     mde: float  # the smallest true excess over the margin detected with probability POWER at this level and seed
     #             count, from the observed standard error (a bootstrap: the normal approximation)
     n: str  # the seed counts
@@ -419,7 +419,8 @@ def claim_4(out_dir):
     SCALE=small: COM 8 for 122 iterations (COM 4 until 2026-11-27), then each seed resumed with COM 8 (control) and
     256 to 244 (PART=raise); and, since 2026-11-28 (fixed before any of its runs), the lowering arm: COM 256 for 122
     iterations resumed with COM 8 (PART=lower; no COM-256 control). SCALE=gpu and paper: both arms, the lowering one
-    with the control that keeps COM 256. Each arm's conditions are read where its grids ran. Conditions, paired by
+    with the control that keeps COM 256. The lowering arm's condition is read where its grids ran; without the
+    raising arm's there is no verdict (the claim is the raising one). Conditions, paired by
     seed (both arms resume one seed's checkpoint; paired since 2026-11-27):
     1. raising the COM resumes improvement: the resumed COM-256 runs end higher than the low-COM runs did at the
        plateau (the final return of the first 122 iterations); read only where the premise that the low-COM runs had
@@ -438,21 +439,19 @@ def claim_4(out_dir):
     def resumed(first, com):
         return tables.final(grid=f"resume_{first:g}", **{"ewma-com": com})
 
-    conditions = []
-    if f"resume_{start:g}" in grids:  # the raising arm (PART=raise)
-        raised = resumed(start, higher)
-        flat = flat_return(tables, f"COM {start:g} before the switch", grid=f"plateau_{start:g}")
-        conditions += [flat, greater(raised, tables.final(grid=f"plateau_{start:g}"), f"resumed with COM {higher:g}",
-                                     f"COM {start:g} at the plateau", "final return", paired=True),
-                       greater(raised, resumed(start, start), f"resumed with COM {higher:g}", f"resumed with COM {start:g}",
-                               "final return", paired=True)]
-        conditions[1].requires = [flat]
+    if f"resume_{start:g}" not in grids:  # the claim is the raising arm's: the lowering arm alone does not judge it
+        fail(f"{tables.folder}: no resume_{start:g} grid: claim 4 needs the raising arm (stag_fig3a_resume.sh PART=raise)")
+    raised = resumed(start, higher)  # the raising arm (PART=raise)
+    flat = flat_return(tables, f"COM {start:g} before the switch", grid=f"plateau_{start:g}")
+    conditions = [flat, greater(raised, tables.final(grid=f"plateau_{start:g}"), f"resumed with COM {higher:g}",
+                                f"COM {start:g} at the plateau", "final return", paired=True),
+                  greater(raised, resumed(start, start), f"resumed with COM {higher:g}", f"resumed with COM {start:g}",
+                          "final return", paired=True)]
+    conditions[1].requires = [flat]
     if f"resume_{higher:g}" in grids:  # the lowering arm (PART=lower)
         conditions.append(greater(tables.final(grid=f"plateau_{higher:g}"), resumed(higher, start),
                                   f"COM {higher:g} at the switch", f"lowered to COM {start:g}",
                                   f"final return from a COM-{higher:g} start", paired=True))
-    if not conditions:
-        fail(f"{tables.folder}: no resume_{start:g} or resume_{higher:g} grid to judge claim 4 on")
     return conditions, [Path(out_dir) / "resume_all" / "analysis" / "curves.png"]
 
 
@@ -619,7 +618,7 @@ def claim_9(out_dir):
     2. more envs recover them: 16 envs with 8 epochs end higher than 8 envs with 8;
     3. completely (the paper's words): 16 envs with 8 epochs end at least as high as 8 envs with 4, within a margin of
        10% of the latter's mean; read only where condition 1 is supported (condition 1 gates it and, unlike claims 2
-       and 3's premises, counts toward the label). Until 2026-11-27 it compared the means alone, whatever condition
+       to 4's premises, counts toward the label). Until 2026-11-27 it compared the means alone, whatever condition
        1 found."""
     tables = Tables(Path(out_dir) / "epochs" / "analysis")
     conditions = []
@@ -735,8 +734,9 @@ def main(argv=None):
     parser.add_argument("--from-published", metavar="DIR",
                         help="judge again from the per-seed tables a --publish left in DIR/claim_<n>/ (no OUT_DIR) and "
                              "rewrite its verdict.md (figures kept) and verdict.json there")
-    parser.add_argument("--scale", choices=["smoke", "small", "gpu", "paper"], default="small",
-                        help="the runner's SCALE, named in the verdict's command")
+    parser.add_argument("--scale", choices=["smoke", "small", "gpu", "paper"], default=None,
+                        help="the runner's SCALE, named in the verdict's command (default: small; --from-published: the "
+                             "published verdict's)")
     opts = parser.parse_args(argv)
     if opts.claim not in CLAIMS:
         fail(f"claim must be one of {', '.join(map(str, CLAIMS))} (got {opts.claim})")
@@ -746,11 +746,14 @@ def main(argv=None):
         folder = Path(opts.from_published) / f"claim_{opts.claim}"
         if not (folder / "verdict.md").is_file():
             fail(f"--from-published {opts.from_published}: no {folder / 'verdict.md'} (publish the claim first)")
+        scale = opts.scale or json.loads((folder / "verdict.json").read_text())["command"].split("SCALE=")[-1].split()[0] \
+            if "SCALE=" in (folder / "verdict.json").read_text() else opts.scale or "small"
         Tables.published = folder
         try:  # the claim's analysis folders by their published names, whatever the OUT_DIR was
-            text, data, _, _ = report(opts.claim, "published", opts.scale)
+            text, data, _, _ = report(opts.claim, "published", scale)
         finally:
             Tables.published = None
+        text += f"\nJudged again from these per-seed tables: `python benchmark/claims.py {opts.claim} --from-published DIR`.\n"
         kept = [line for line in (folder / "verdict.md").read_text().splitlines() if line.startswith("![")]
         (folder / "verdict.md").write_text(text + "\n" + "".join(f"{line}\n" for line in kept))
         (folder / "verdict.json").write_text(json.dumps(data, indent=1, default=float))
@@ -758,7 +761,7 @@ def main(argv=None):
         return data
     if not opts.out_dir or not Path(opts.out_dir).is_dir():
         fail(f"out_dir {opts.out_dir}: no such folder")
-    text, data, figures, tables = report(opts.claim, opts.out_dir, opts.scale)
+    text, data, figures, tables = report(opts.claim, opts.out_dir, opts.scale or "small")
     out = Path(opts.out_dir)
     (out / f"claim_{opts.claim}.md").write_text(text)
     (out / f"claim_{opts.claim}.json").write_text(json.dumps(data, indent=1, default=float))

@@ -356,7 +356,7 @@ def test_claims_2_and_3_weak_regularisation_plateaus_lower_with_large_updates(tm
     assert numbers(data["conditions"][2]["numbers"])[:4] == pytest.approx([4, 0.25, 256, 1 / 256], abs=0.01)
 
 
-def test_claim_4_resuming_with_a_higher_com(tmp_path):
+def test_claim_4_resuming_with_a_higher_com(tmp_path, capsys):
     configs = [{"grid": "plateau_4", "ewma-com": 4}, {"grid": "resume_4", "ewma-com": 4}, {"grid": "resume_4", "ewma-com": 256}]
     folder = tmp_path / "resume_all" / "analysis"
     final = lambda c: 2.0 if c["ewma-com"] == 256 else 1.0
@@ -383,13 +383,13 @@ def test_claim_4_resuming_with_a_higher_com(tmp_path):
         data = claims.main(["4", str(tmp_path)])
         assert data["conditions"][3]["what"] == "final return from a COM-256 start: COM 256 at the switch > lowered to COM 4"
         assert data["conditions"][3]["outcome"] == outcome
-    # the lowering arm alone (stag_fig3a_resume.sh PART=lower before PART=raise): its condition alone
+    # the lowering arm alone (stag_fig3a_resume.sh PART=lower before PART=raise): no verdict, the claim is the raising one
     shutil.rmtree(folder)
     final = lambda c: 1.0 if c["grid"] == "resume_256" else 2.0
     stagnation_grid(folder, [{"grid": "plateau_256", "ewma-com": 256}, {"grid": "resume_256", "ewma-com": 8}], final, flat_at_final(final))
-    data = claims.main(["4", str(tmp_path)])
-    assert [c["what"] for c in data["conditions"]] == ["final return from a COM-256 start: COM 256 at the switch > lowered to COM 8"]
-    assert data["verdict"] == "reproduced"
+    with pytest.raises(SystemExit) as exit_info:
+        claims.main(["4", str(tmp_path)])
+    assert exit_info.value.code == 2 and "claim 4 needs the raising arm" in capsys.readouterr().err
 
 
 def test_claim_5_more_minibatches_against_bigger_minibatch(tmp_path):

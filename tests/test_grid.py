@@ -756,6 +756,13 @@ def test_a_part_of_stag_fig3a_resume_runs_one_arm(tmp_path, part, starts):
     assert all(resumes[start] == ("8 256" if start == "8" else "8") for start in starts)
 
 
+def test_part_lower_of_one_starting_com_is_refused(tmp_path):
+    """SMOKE starts from one COM: there is nothing to lower from, and PART=lower says so rather than running nothing."""
+    result = run_runner("stag_fig3a_resume.sh", tmp_path, DRY_RUN="1", SMOKE="1", PART="lower")
+    assert result.returncode == 2 and not (tmp_path / "out").exists()
+    assert result.stderr.strip().splitlines()[-1] == "runner: PART=lower needs a second starting COM to lower from (SCALE=smoke has one: 1)"
+
+
 @pytest.mark.parametrize("runner, message", [("atari10_nenvs.sh", "all, fixed_batch or grow"), ("stag_fig3a_resume.sh", "all, raise or lower")])
 def test_an_unknown_part_is_refused_before_anything_runs(tmp_path, runner, message):
     result = run_runner(runner, tmp_path, DRY_RUN="1", SCALE="small", PART="grown")

@@ -8,8 +8,9 @@
 # steps; the plateau is com_eps.sh's COM-8 runs, shared through the store), then resumed with COM 8 (the control) and
 # 256 to 244 iterations (PART=raise); and, since 2026-11-28 (fixed before any of its runs), the lowering arm
 # (PART=lower): com_eps.sh's COM-256 runs, shared as the plateau_256 grid, resumed with COM 8 to 244 iterations (no
-# COM-256 control: no condition reads it). Each PART is one claim's hour after com_eps.sh (about 34 minutes, one or
-# two packs of 5 seeds x 1M steps); PART=all (the default) runs both, about 68. Until 2026-11-27: seeds 1-3 from COM 4, whose policy collapsed; COM 8 was chosen then, before any run of this claim at it,
+# COM-256 control: no condition reads it). Each PART is within the hour after com_eps.sh (about 34 minutes or less:
+# one or two COMs' resumes of 5 seeds x 1M steps, packed as com_eps.sh packed them); PART=all runs both. Claim 4's
+# verdict needs PART=raise's grids (the claim is the raising one); PART=lower adds its condition 3. Until 2026-11-27: seeds 1-3 from COM 4, whose policy collapsed; COM 8 was chosen then, before any run of this claim at it,
 # after claim 3's runs had found no COM-8 seed collapsed at the end (three recovered from a collapse mid-run). 34.5
 # minutes after com_eps.sh (two packs of 5 seeds x 1M steps, 2.45k steps/s each, AMD EPYC, 2026-11-27), 68 without
 # it. SCALE=gpu (fixed 2026-11-27, before any run): Kinetix locomotion at Table 2, 5 seeds, COM 8 and COM 256 for 500
@@ -36,9 +37,12 @@ fi
 PART="${PART:-all}"; LOWERED="${LOWERED:-$COMS}"
 case "$PART" in all|raise|lower) ;; *) echo "runner: PART must be all, raise or lower (got $PART)" >&2; exit 2 ;; esac
 FIRST="${STARTS%% *}"; LAST="${STARTS##* }"
+if [[ "$PART" == lower && "$LAST" == "$FIRST" ]]; then
+    echo "runner: PART=lower needs a second starting COM to lower from (SCALE=$SCALE has one: $STARTS)" >&2; exit 2
+fi
 for start in $STARTS; do
     [[ "$PART" == raise && "$start" != "$FIRST" ]] && continue
-    [[ "$PART" == lower && ( "$start" != "$LAST" || "$LAST" == "$FIRST" ) ]] && continue
+    [[ "$PART" == lower && "$start" != "$LAST" ]] && continue
     coms="$COMS"; [[ "$start" == "$LAST" && "$LAST" != "$FIRST" ]] && coms="$LOWERED"
     WAIT=1 launch "plateau_$start" --script ppo_ewma_jax --seeds $SEEDS --iterations $PLATEAU --save-every $PLATEAU \
         -- "${ENV[@]}" --ewma-com "$start"
