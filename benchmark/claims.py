@@ -24,6 +24,7 @@ training; `runs.csv`: every run's downsampled curves). A claim reads only the gr
 """
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -197,7 +198,6 @@ class Tables:
         self.runs = pd.read_csv(files["runs"])
         Tables.read.append(folder)
 
-
     def final(self, **where):
         """Final scores, one per run (seed), of the rows matching where (column=value)."""
         rows = select(self.scores, where)
@@ -223,6 +223,7 @@ def published_name(folder):
     """The prefix of an analysis folder's tables where --publish copies them: step_sizes/analysis -> step_sizes,
     com_eps/analysis_entropy -> com_eps_entropy."""
     return f"{folder.parent.name}_{folder.name.removeprefix('analysis').strip('_')}".rstrip("_")
+
 
 def select(frame, where):
     """The rows whose columns equal where's values: as numbers where both are numbers (8 matches 8.0), else as text."""
@@ -329,7 +330,8 @@ def kept_entropy(tables, name, **where):
     return condition
 
 
-FLAT = 0.1  # a plateau: the return over the last quarter of training exceeds that over the quarter before by less
+FLAT = 0.1  # a plateau: the score over the last quarter of training exceeds that over the quarter before by less
+#            than this fraction of the latter
 
 
 def flat_return(tables, name, **where):
@@ -746,8 +748,8 @@ def main(argv=None):
         folder = Path(opts.from_published) / f"claim_{opts.claim}"
         if not (folder / "verdict.md").is_file():
             fail(f"--from-published {opts.from_published}: no {folder / 'verdict.md'} (publish the claim first)")
-        scale = opts.scale or json.loads((folder / "verdict.json").read_text())["command"].split("SCALE=")[-1].split()[0] \
-            if "SCALE=" in (folder / "verdict.json").read_text() else opts.scale or "small"
+        published_scale = re.search(r"SCALE=(\w+)", json.loads((folder / "verdict.json").read_text())["command"])
+        scale = opts.scale or (published_scale.group(1) if published_scale else "small")
         Tables.published = folder
         try:  # the claim's analysis folders by their published names, whatever the OUT_DIR was
             text, data, _, _ = report(opts.claim, "published", scale)

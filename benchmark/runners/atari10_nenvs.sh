@@ -40,9 +40,7 @@ else
 fi
 COMMON=(--script $SCRIPT --env-ids $GAMES --seeds $SEEDS --fixed-budget --total-timesteps $BUDGET)
 # PART: the grids to run, fixed_batch (claim 7), grow (claims 8 and 10) or all (default); they share the 8 x 128 runs
-PART="${PART:-all}"
-case "$PART" in all|fixed_batch|grow) ;; *) echo "runner: PART must be all, fixed_batch or grow (got $PART)" >&2; exit 2 ;; esac
-part() { [[ "$PART" == all || "$PART" == "$1" ]]; }
+parts fixed_batch grow
 if part fixed_batch; then
     for n in $NENVS; do
         launch fixed_batch "${COMMON[@]}" -- "${FLAGS[@]}" --num-envs "$n" --num-steps $((BATCH / n))

@@ -106,6 +106,16 @@ sfl_ablation() {
     fi
 }
 dry_run() { [[ "${DRY_RUN:-0}" == 1 ]]; }
+# parts <name...>: the runner's PARTs besides all (the default); any other PART is refused (exit 2) before anything runs.
+# part <name>: whether that part is to run
+parts() {
+    PART="${PART:-all}"
+    [[ " all $* " == *" $PART "* ]] && return 0
+    local names=(all "$@")
+    echo "runner: PART must be $(IFS=,; echo "${names[*]:0:${#names[@]}-1}" | sed 's/,/, /g') or ${names[-1]} (got $PART)" >&2
+    exit 2
+}
+part() { [[ "$PART" == all || "$PART" == "$1" ]]; }
 on_slurm() { [[ " ${LAUNCH_FLAGS:-} " == *" --slurm "* ]]; }
 # SMOKE and SCALE=small run on a 2-core machine: 2 local workers unless LAUNCH_FLAGS says
 if [[ "$SCALE" == smoke || "$SCALE" == small ]] && [[ -z "${LAUNCH_FLAGS:-}" ]]; then LAUNCH_FLAGS="--workers 2"; fi

@@ -34,15 +34,13 @@ else
 fi
 # PART: raise (the lowest start, raised: claim 4's conditions 1-2), lower (the highest start, lowered: condition 3) or
 # all (default); LOWERED: the COMs the highest start resumes with where not $COMS (SCALE=small: no unread control)
-PART="${PART:-all}"; LOWERED="${LOWERED:-$COMS}"
-case "$PART" in all|raise|lower) ;; *) echo "runner: PART must be all, raise or lower (got $PART)" >&2; exit 2 ;; esac
+parts raise lower; LOWERED="${LOWERED:-$COMS}"
 FIRST="${STARTS%% *}"; LAST="${STARTS##* }"
 if [[ "$PART" == lower && "$LAST" == "$FIRST" ]]; then
     echo "runner: PART=lower needs a second starting COM to lower from (SCALE=$SCALE has one: $STARTS)" >&2; exit 2
 fi
 for start in $STARTS; do
-    [[ "$PART" == raise && "$start" != "$FIRST" ]] && continue
-    [[ "$PART" == lower && "$start" != "$LAST" ]] && continue
+    { [[ "$start" == "$FIRST" ]] && part raise; } || { [[ "$start" == "$LAST" ]] && part lower; } || continue
     coms="$COMS"; [[ "$start" == "$LAST" && "$LAST" != "$FIRST" ]] && coms="$LOWERED"
     WAIT=1 launch "plateau_$start" --script ppo_ewma_jax --seeds $SEEDS --iterations $PLATEAU --save-every $PLATEAU \
         -- "${ENV[@]}" --ewma-com "$start"
