@@ -112,10 +112,14 @@ def welch(a, b, level=0.95):
 
 
 def greater(a, b, name_a, name_b, what="final score", margin=0.0, paired=False):
-    """Condition: mean(a) - mean(b) > margin over the seeds (Welch's t; paired: per seed, a[i] and b[i] of one seed)."""
+    """Condition: mean(a) - mean(b) > margin over the seeds (Welch's t; paired: a and b are Tables.by_seed's, a
+    seed's value on each side, joined on the seed)."""
+    if paired:
+        if not (a.index.is_unique and b.index.is_unique and set(a.index) == set(b.index)):
+            fail(f"{what}: {name_a} and {name_b} cannot be paired by seed: seeds {sorted(a.index)} and "
+                 f"{sorted(b.index)} (a run missing or repeated: rerun or remove it)")
+        b = b[a.index]
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if paired and len(a) != len(b):
-        raise ValueError(f"{what}: {len(a)} and {len(b)} seeds cannot be paired")
     numbers = f"{name_a} {a.mean():.4g}, {name_b} {b.mean():.4g}"
     condition = Condition(f"{what}: {name_a} > {name_b}" + (f" by more than {margin:.4g}" if margin > 0 else
                           f" or below it by less than {-margin:.4g}" if margin < 0 else ""), numbers,
@@ -200,10 +204,14 @@ class Tables:
 
     def final(self, **where):
         """Final scores, one per run (seed), of the rows matching where (column=value)."""
+        return self.by_seed(**where).to_numpy()
+
+    def by_seed(self, **where):
+        """Final scores of the rows matching where (column=value), indexed by seed."""
         rows = select(self.scores, where)
         if rows.empty:
             fail(f"{self.folder}/scores.csv has no run with {where}")
-        return rows.sort_values("seed").final.to_numpy()
+        return rows.sort_values("seed").set_index("seed").final
 
     def curves(self, tag, **where):
         """{seed: (x, value)} of `tag` for the runs matching where (columns of runs.csv, or config columns of
@@ -439,19 +447,19 @@ def claim_4(out_dir):
     grids = set(tables.scores.grid.astype(str))
 
     def resumed(first, com):
-        return tables.final(grid=f"resume_{first:g}", **{"ewma-com": com})
+        return tables.by_seed(grid=f"resume_{first:g}", **{"ewma-com": com})
 
     if f"resume_{start:g}" not in grids:  # the claim is the raising arm's: the lowering arm alone does not judge it
         fail(f"{tables.folder}: no resume_{start:g} grid: claim 4 needs the raising arm (stag_fig3a_resume.sh PART=raise)")
     raised = resumed(start, higher)  # the raising arm (PART=raise)
     flat = flat_return(tables, f"COM {start:g} before the switch", grid=f"plateau_{start:g}")
-    conditions = [flat, greater(raised, tables.final(grid=f"plateau_{start:g}"), f"resumed with COM {higher:g}",
+    conditions = [flat, greater(raised, tables.by_seed(grid=f"plateau_{start:g}"), f"resumed with COM {higher:g}",
                                 f"COM {start:g} at the plateau", "final return", paired=True),
                   greater(raised, resumed(start, start), f"resumed with COM {higher:g}", f"resumed with COM {start:g}",
                           "final return", paired=True)]
     conditions[1].requires = [flat]
     if f"resume_{higher:g}" in grids:  # the lowering arm (PART=lower)
-        conditions.append(greater(tables.final(grid=f"plateau_{higher:g}"), resumed(higher, start),
+        conditions.append(greater(tables.by_seed(grid=f"plateau_{higher:g}"), resumed(higher, start),
                                   f"COM {higher:g} at the switch", f"lowered to COM {start:g}",
                                   f"final return from a COM-{higher:g} start", paired=True))
     return conditions, [Path(out_dir) / "resume_all" / "analysis" / "curves.png"]

@@ -55,12 +55,18 @@ def test_welch_edge_cases_and_the_three_outcomes():
                     claims.greater([2.0, 2.0], [1.0, 1.0], "a", "b", margin=1.5)) == ["supported", "contradicted"]
 
 
-def test_pairing_by_seed_finds_what_the_seeds_hide():
-    """Claim 4's design: both arms resume one seed's checkpoint, so seed-to-seed spread is shared by the two arms."""
+def test_pairing_by_seed_finds_what_the_seeds_hide(capsys):
+    """Claim 4's design: both arms resume one seed's checkpoint, so seed-to-seed spread is shared by the two arms.
+    The pairs are joined on the seed, whatever the order; a seed on one side only is an error, not a shifted pair."""
     base = np.array([10.0, 40.0, 70.0, 100.0, 130.0])
-    a, b = base + np.array([5.1, 4.9, 5.2, 4.8, 5.0]), base
+    a, b = pd.Series(base + np.array([5.1, 4.9, 5.2, 4.8, 5.0]), index=range(6, 11)), pd.Series(base, index=range(6, 11))
     assert outcomes(claims.greater(a, b, "a", "b")) == ["undecided"]
     assert outcomes(claims.greater(a, b, "a", "b", paired=True)) == ["supported"]
+    assert outcomes(claims.greater(a, b[::-1], "a", "b", paired=True)) == ["supported"]  # b listed from seed 10 down
+    for other in (b.drop(8), b.rename(index={7: 11}), pd.concat([b, b[:1]])):  # a seed missing, another, or twice
+        with pytest.raises(SystemExit) as exit_info:
+            claims.greater(a, other, "a", "b", paired=True)
+        assert exit_info.value.code == 2 and "cannot be paired by seed" in capsys.readouterr().err
 
 
 def test_one_condition_that_holds_at_95_percent_does_not_hold_among_ten():

@@ -709,7 +709,8 @@ PACKS = {("gpu", "com_eps.sh"): (3, r"# seeds 1\.\.5 in one process"),
          ("gpu", "ddr_budgets.sh"): (2 * 3, r"# seeds 1\.\.5 in one process"),
          ("small", "ddr_budgets.sh"): (2 * 3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process"),  # 6 a budget: 2 workers balance
          ("small", "recipes.sh"): (3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process"),  # the base's grid too
-         ("small", "com_eps.sh"): (3 * 2, r"# seeds (6\.\.8|9\.\.10) in one process")}
+         ("small", "com_eps.sh"): (3 * 2, r"# seeds (6\.\.8|9\.\.10) in one process"),
+         ("small", "stag_fig5b_eps.sh"): (3 * 2, r"# seeds (6\.\.8|9\.\.10) in one process")}  # as timed
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR, ("gpu", "atari"): MINATAR,
