@@ -366,8 +366,8 @@ def claim_2(out_dir):
     """Stagnation Fig. 1a / 5, runners com_eps.sh (first) and stag_fig5b_eps.sh (its OUT_DIR's sibling).
 
     SCALE=small settings (common.sh's STAG_SMALL): PPO-EWMA on MinAtar SpaceInvaders at Table 2's 8 x 32 minibatch
-    structure, COM 8, 32, 256 at epsilon 0.2 (COM 4 until 2026-11-27); plain PPO at epsilon 0.1, 0.2, 0.8; 5 seeds
-    (6-10), 1M steps. Conditions:
+    structure, COM 8 and 256 at epsilon 0.2 (COM 4 until 2026-11-27; COM 32 too until 2026-11-29); plain PPO at
+    epsilon 0.2 and 0.8 (0.1 too until 2026-11-29); 5 seeds (6-10), 1M steps. Conditions:
     1. the weakly regularised arms plateau rather than collapse (the paper sets a collapsed policy aside): over the
        last quarter of training the entropy of the lowest COM's and of the largest epsilon's policy stays above 10%
        of its first logged value (kept_entropy), per seed; and (added 2026-11-28, after the reruns of 2026-11-27,

@@ -698,9 +698,10 @@ def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
 # for the data-collection claims, 5 seeds for the stagnation claims (stag_fig3a_resume's resumes need its plateau runs'
 # checkpoints: a DRY_RUN lists the plateau runs only, both starting COMs); the task each scale's runs must name
 SMALL_GRIDS = {"atari10_nenvs.sh": 2 * 5 * 7, "atari10_epochs.sh": 2 * 5 * 4, "noisy_sgd.sh": 10 * (1 + 2),
-               "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5, "stag_fig3a_resume.sh": 2 * 5, "recipes.sh": 5 * (1 + 2),
+               "com_eps.sh": 2 * 5, "stag_fig5b_eps.sh": 2 * 5, "stag_fig3a_resume.sh": 2 * 5, "recipes.sh": 5 * (1 + 2),
                "ddr_budgets.sh": 2 * 3 * 5}
-REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
+REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5,  # COM 32, eps 0.1
+                                                "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
                                                 "atari10_epochs.sh": 2 * 10 * 6}}
 # the packs a scale's times assume (their number, and what each pack's header line matches)
 PACKS = {("gpu", "com_eps.sh"): (3, r"# seeds 1\.\.5 in one process"),
@@ -709,8 +710,8 @@ PACKS = {("gpu", "com_eps.sh"): (3, r"# seeds 1\.\.5 in one process"),
          ("gpu", "ddr_budgets.sh"): (2 * 3, r"# seeds 1\.\.5 in one process"),
          ("small", "ddr_budgets.sh"): (2 * 3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process"),  # 6 a budget: 2 workers balance
          ("small", "recipes.sh"): (3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process"),  # the base's grid too
-         ("small", "com_eps.sh"): (3 * 2, r"# seeds (6\.\.8|9\.\.10) in one process"),
-         ("small", "stag_fig5b_eps.sh"): (3 * 2, r"# seeds (6\.\.8|9\.\.10) in one process")}  # as timed
+         ("small", "com_eps.sh"): (2 * 2, r"# seeds (6\.\.8|9\.\.10) in one process"),
+         ("small", "stag_fig5b_eps.sh"): (2 * 2, r"# seeds (6\.\.8|9\.\.10) in one process")}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR, ("gpu", "atari"): MINATAR,
