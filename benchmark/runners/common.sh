@@ -121,7 +121,8 @@ on_slurm() { [[ " ${LAUNCH_FLAGS:-} " == *" --slurm "* ]]; }
 if [[ "$SCALE" == smoke || "$SCALE" == small ]] && [[ -z "${LAUNCH_FLAGS:-}" ]]; then LAUNCH_FLAGS="--workers 2"; fi
 
 # launch <grid name> <launcher flags...> -- <grid flags...>: one grid under $OUT_DIR/<grid name>, runs in $RUN_STORE.
-# On Slurm it returns once submitted; WAIT=1 launch ... waits (a later grid needs this one's checkpoints).
+# On Slurm it returns once submitted; WAIT=1 launch ... waits (a later grid needs this one's checkpoints). Status 1 where
+# the launch failed (FAILED is set too, but not in the caller of a launch run in the background, which reads the status).
 launch() {
     local name="$1"; shift
     supports ${SCALES#smoke paper}
@@ -138,7 +139,7 @@ launch() {
     fi
     # shellcheck disable=SC2086
     "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait "$@" \
-        || { echo "runner: grid $name: launch exited $? (continuing)" >&2; FAILED=1; }
+        || { echo "runner: grid $name: launch exited $? (continuing)" >&2; FAILED=1; return 1; }
 }
 
 # checkpoint_of <grid name> <launcher flags...> -- <grid flags...>: per run of that grid, its newest checkpoint, a tab and

@@ -49,7 +49,7 @@ for start in $STARTS; do
     # resume from it as one pack again
     mapfile -t ckpts < <(checkpoint_of "plateau_$start" --script ppo_ewma_jax --seeds $SEEDS --iterations $PLATEAU -- \
         "${ENV[@]}" --ewma-com "$start")
-    seeds=($SEEDS); i=0
+    seeds=($SEEDS); i=0; pids=()
     while (( i < ${#seeds[@]} )); do
         IFS=$'\t' read -r ckpt held <<< "${ckpts[i]:-$'-\t0'}"
         if [[ "$ckpt" == - ]]; then
@@ -58,10 +58,14 @@ for start in $STARTS; do
                          FAILED=1; }
             i=$((i + 1)); continue
         fi
-        launch "resume_$start" --script ppo_ewma_jax --seeds "${seeds[@]:i:held}" --seeds-per-process "$held" \
-            --iterations $TOTAL -- "${ENV[@]}" --ewma-com $coms --resume "$(realpath "$ckpt")"
+        resume=(--script ppo_ewma_jax --seeds "${seeds[@]:i:held}" --seeds-per-process "$held" --iterations $TOTAL --
+                "${ENV[@]}" --ewma-com $coms --resume "$(realpath "$ckpt")")
+        # each pack's resumes at once (a launch waits for its runs: one after another, a lone pack's launch would
+        # leave the other worker idle)
+        if dry_run; then launch "resume_$start" "${resume[@]}"; else launch "resume_$start" "${resume[@]}" & pids+=($!); fi
         i=$((i + held))
     done
+    for pid in "${pids[@]}"; do wait "$pid" || FAILED=1; done
 done
 # the comparison: every start's grids this runner has made, in this PART or an earlier one
 grids=""; for start in $STARTS; do
