@@ -49,7 +49,7 @@ for start in $STARTS; do
     # resume from it as one pack again
     mapfile -t ckpts < <(checkpoint_of "plateau_$start" --script ppo_ewma_jax --seeds $SEEDS --iterations $PLATEAU -- \
         "${ENV[@]}" --ewma-com "$start")
-    seeds=($SEEDS); i=0; pids=()
+    seeds=($SEEDS); i=0; packs=()  # each checkpoint: the index of its first seed and the seeds it holds
     while (( i < ${#seeds[@]} )); do
         IFS=$'\t' read -r ckpt held <<< "${ckpts[i]:-$'-\t0'}"
         if [[ "$ckpt" == - ]]; then
@@ -58,12 +58,27 @@ for start in $STARTS; do
                          FAILED=1; }
             i=$((i + 1)); continue
         fi
+        packs+=("$i $held $(realpath "$ckpt")"); i=$((i + held))
+    done
+    # a launch waits for its runs, so packs resume one after another, each launch's runs (one per COM) filling the
+    # workers; with one COM (PART=lower at small) a launch is one process, and the packs resume at once instead, each
+    # on its own share of the CPUs (a launcher gives its first run the same CPUs whatever the others run)
+    at_once=0; (( ${#packs[@]} > 1 )) && [[ "$coms" != *" "* ]] && ! dry_run && at_once=1
+    cpus=($("$PY" -c 'import os; print(*sorted(os.sched_getaffinity(0)))'))
+    pids=(); k=0
+    for pack in "${packs[@]}"; do
+        read -r i held ckpt <<< "$pack"
         resume=(--script ppo_ewma_jax --seeds "${seeds[@]:i:held}" --seeds-per-process "$held" --iterations $TOTAL --
-                "${ENV[@]}" --ewma-com $coms --resume "$(realpath "$ckpt")")
-        # each pack's resumes at once (a launch waits for its runs: one after another, a lone pack's launch would
-        # leave the other worker idle)
-        if dry_run; then launch "resume_$start" "${resume[@]}"; else launch "resume_$start" "${resume[@]}" & pids+=($!); fi
-        i=$((i + held))
+                "${ENV[@]}" --ewma-com $coms --resume "$ckpt")
+        if (( at_once )); then
+            share=(); for ((j = k; j < ${#cpus[@]}; j += ${#packs[@]})); do share+=("${cpus[j]}"); done
+            (( ${#share[@]} )) || share=("${cpus[@]}")
+            (IFS=,; taskset -pc "${share[*]}" $BASHPID > /dev/null; launch "resume_$start" --workers 1 "${resume[@]}") &
+            pids+=($!)
+        else
+            launch "resume_$start" "${resume[@]}"
+        fi
+        k=$((k + 1))
     done
     for pid in "${pids[@]}"; do wait "$pid" || FAILED=1; done
 done
