@@ -73,7 +73,8 @@ for start in $STARTS; do
         if (( at_once )); then
             share=(); for ((j = k; j < ${#cpus[@]}; j += ${#packs[@]})); do share+=("${cpus[j]}"); done
             (( ${#share[@]} )) || share=("${cpus[@]}")
-            (IFS=,; taskset -pc "${share[*]}" $BASHPID > /dev/null; launch "resume_$start" --workers 1 "${resume[@]}") &
+            cpulist=$(IFS=,; echo "${share[*]}")  # (IFS in a subshell of its own: launch splits LAUNCH_FLAGS on spaces)
+            (taskset -pc "$cpulist" $BASHPID > /dev/null; launch "resume_$start" --workers 1 "${resume[@]}") &
             pids+=($!)
         else
             launch "resume_$start" "${resume[@]}"
