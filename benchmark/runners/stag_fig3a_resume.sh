@@ -8,8 +8,8 @@
 # steps; the plateau is com_eps.sh's COM-8 runs, shared through the store), then resumed with COM 8 (the control) and
 # 256 to 244 iterations (PART=raise); and, since 2026-11-28 (fixed before any of its runs), the lowering arm
 # (PART=lower): com_eps.sh's COM-256 runs, shared as the plateau_256 grid, resumed with COM 8 to 244 iterations (no
-# COM-256 control: no condition reads it). Each PART is within the hour after com_eps.sh (about 34 minutes or less:
-# one or two COMs' resumes of 5 seeds x 1M steps, packed as com_eps.sh packed them); PART=all runs both. Claim 4's
+# COM-256 control: no condition reads it). Each PART is within the hour after com_eps.sh: PART=raise 46.3 minutes,
+# PART=lower 25.7 (Intel Xeon, 2026-11-29, alone; benchmark/results/cpu_2026-11-29/); PART=all runs both. Claim 4's
 # verdict needs PART=raise's grids (the claim is the raising one); PART=lower adds its condition 3. Until 2026-11-27: seeds 1-3 from COM 4, whose policy collapsed; COM 8 was chosen then, before any run of this claim at it,
 # after claim 3's runs had found no COM-8 seed collapsed at the end (three recovered from a collapse mid-run). 34.5
 # minutes after com_eps.sh (two packs of 5 seeds x 1M steps, 2.45k steps/s each, AMD EPYC, 2026-11-27), 68 without
