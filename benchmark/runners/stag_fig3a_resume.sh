@@ -64,7 +64,7 @@ for start in $STARTS; do
     # workers; with one COM (PART=lower at small) a launch is one process, and the packs resume at once instead, each
     # on its own share of the CPUs (a launcher gives its first run the same CPUs whatever the others run)
     at_once=0; (( ${#packs[@]} > 1 )) && [[ "$coms" != *" "* ]] && ! dry_run && at_once=1
-    cpus=($("$PY" -c 'import os; print(*sorted(os.sched_getaffinity(0)))'))
+    (( at_once )) && cpus=($("$PY" -c 'import os; print(*sorted(os.sched_getaffinity(0)))'))
     pids=(); k=0
     for pack in "${packs[@]}"; do
         read -r i held ckpt <<< "$pack"
