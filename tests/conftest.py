@@ -1,9 +1,16 @@
-"""Test fixtures and the suite's order; the helpers tests share live in tests/helpers.py."""
+"""Test fixtures, the suite's threads and order; the helpers tests share live in tests/helpers.py."""
 import os
 import sys
 from pathlib import Path
 
 import pytest
+
+# pytest.ini runs 2 workers on this CPU's 2 cores, each starting runs of its own: one OpenMP thread per torch process
+# (set before anything imports torch; the runs inherit it). OpenMP's threads spin while they wait, and 2 workers' runs
+# of 2 threads each took turns spinning: 3 tiny ppo_atari_envpool runs at once took 154 s with torch's default threads
+# and 41 s with one each (22.6 s alone). JAX's own threads do not spin so (3 CartPole runs at once: 69 s either way).
+# A run's own --torch-threads still wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmark.common import load_script  # noqa: E402
