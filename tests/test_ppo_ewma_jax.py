@@ -700,16 +700,15 @@ def test_the_compile_cache_is_on_unless_turned_off(tmp_path):
     (["--hidden-size", "64"], "was saved with --hidden-size 256, this run has 64"),
     (["--activation", "relu"], "was saved with --activation tanh, this run has relu"),
 ])
-def test_resume_from_a_checkpoint_of_another_shape_is_refused(tmp_path, cartpole_checkpoint, flags, message):
+def test_resume_from_a_checkpoint_of_another_shape_is_refused(ewma, cartpole_checkpoint, flags, message):
     base = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
             "--total-timesteps", "128", "--resume", cartpole_checkpoint]
-    assert_bad_input(run_script(base + flags, tmp_path), tmp_path, message)
+    assert_refused(ewma, base + flags, message)
 
 
-def test_resume_from_a_checkpoint_whose_metadata_lacks_the_flags_is_refused(tmp_path):
+def test_resume_from_a_checkpoint_whose_metadata_lacks_the_flags_is_refused(ewma, tmp_path):
     np.savez(tmp_path / "other.npz", meta=np.array('{"num_leaves": 0, "iteration": 1}'))
-    result = run_script(["--env-id", "CartPole-v1", "--resume", tmp_path / "other.npz"], tmp_path)
-    assert_bad_input(result, tmp_path, "its metadata lacks global_step, args")
+    assert_refused(ewma, ["--env-id", "CartPole-v1", "--resume", tmp_path / "other.npz"], "its metadata lacks global_step, args")
 
 
 def test_a_checkpoint_from_before_the_brax_split_is_still_this_scripts(ewma, tmp_path):
@@ -729,10 +728,9 @@ def test_a_checkpoint_from_before_the_brax_split_is_still_this_scripts(ewma, tmp
         ewma.resolve_args(ewma.Args(**flags, resume=str(tmp_path / "other.npz")))
 
 
-def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(tmp_path):
+def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(ewma, tmp_path):
     (tmp_path / "notes.npz").write_text("not a checkpoint")
-    result = run_script(["--env-id", "CartPole-v1", "--resume", tmp_path / "notes.npz"], tmp_path)
-    assert_bad_input(result, tmp_path, "is not a checkpoint of this script")
+    assert_refused(ewma, ["--env-id", "CartPole-v1", "--resume", tmp_path / "notes.npz"], "is not a checkpoint of this script")
 
 
 def test_restore_checks_every_array_shape(ewma, cartpole_checkpoint):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import (assert_bad_input, finish, finish_ok, load_script, read_values, run_copy, run_dirs, run_ok, shared_runs,
+from helpers import (assert_bad_input, assert_refused, finish, finish_ok, load_script, read_values, run_copy, run_dirs, run_ok, shared_runs,
                       start_copy, wait_for_file)
 
 SCRIPT = "ppo_kinetix_sfl"
@@ -95,10 +95,10 @@ def test_resume_continues_exactly(tiny_run, tmp_path):
     (["--model", "transformer"], "was saved with --model mlp"),
     (["--total-timesteps", "128"], "is at update 1, not before the last (1)"),
 ])
-def test_resume_refuses_another_network_or_a_finished_run(tiny_run, tmp_path, argv, text):
+def test_resume_refuses_another_network_or_a_finished_run(tiny_run, argv, text):
+    """The flag checks read the checkpoint (in this process; the exit-2 subprocess: tests/test_scripts_refuse.py)."""
     checkpoint = tiny_run[0] / "checkpoints" / "iter_1.npz"
-    result = run_copy(SCRIPT, TINY + ["--resume", checkpoint] + argv, tmp_path, timeout=120)
-    assert_bad_input(result, tmp_path, text)
+    assert_refused(load_script(SCRIPT), TINY + ["--resume", checkpoint] + argv, text)
 
 
 def test_ctrl_c_stops_after_the_running_update_with_a_checkpoint(tiny_run, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from benchmark.coverage_metric import read_coverage
-from helpers import (assert_bad_input, finish, read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs,
+from helpers import (assert_refused, finish, load_script, read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs,
                       start_copy, wait_for_file)
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--dynamics-batch", "64"]
@@ -188,14 +188,16 @@ def test_kl_sample_of_the_whole_batch_is_the_exact_kl(script, tmp_path):
     assert kl[0] == pytest.approx(kl[1], rel=1e-5) and kl[0][0] > 0
 
 
-def test_resume_refuses_another_network_or_a_finished_run(uninterrupted, tmp_path):
+def test_resume_refuses_another_network_or_a_finished_run(uninterrupted):
+    """The flag checks read the checkpoint (in this process: tests/test_scripts_refuse.py runs a refusal of --resume
+    as the exit-2 subprocess)."""
     script, ((run_dir, _), _) = uninterrupted
     checkpoint = run_dir / "checkpoints" / "iter_2.pt"
-    for i, (argv, text) in enumerate([(["--num-envs", "8", "--total-timesteps", "1280"], "--num-envs 4, not 8"),
-                                      (MUST_MATCH[script][0] + ["--total-timesteps", "640"], MUST_MATCH[script][1]),
-                                      (["--total-timesteps", "256"], "is at iteration 2, not before the last (2)")]):
-        result = run_copy(script, SCRIPTS[script] + argv + ["--resume", checkpoint], tmp_path / str(i), timeout=120)
-        assert_bad_input(result, tmp_path / str(i), text)
+    module = load_script(script)
+    for argv, text in [(["--num-envs", "8", "--total-timesteps", "1280"], "--num-envs 4, not 8"),
+                       (MUST_MATCH[script][0] + ["--total-timesteps", "640"], MUST_MATCH[script][1]),
+                       (["--total-timesteps", "256"], "is at iteration 2, not before the last (2)")]:
+        assert_refused(module, SCRIPTS[script] + argv + ["--resume", checkpoint], text)
 
 
 @pytest.mark.parametrize("script, signum", [("ppo_atari_envpool", signal.SIGTERM), ("pqn_atari", signal.SIGUSR1),
