@@ -10,8 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import tyro
 
-from helpers import assert_bad_input, assert_schedule_is_optax, load_script, run_copy
+from helpers import assert_bad_input, assert_refused, assert_schedule_is_optax, load_script, run_copy
 
 SCRIPT = "ppo_kinetix_sfl"
 FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
@@ -244,16 +245,22 @@ def test_explicit_flags_override_the_preset(sfl):
     (["--distributed", "--coordinator-address", "localhost:29517", "--num-processes", "2", "--process-id", "0",
       "--num-envs", "0"], "--num-envs must be positive (got 0)", None),
 ])
-def test_bad_input_exits_2_with_one_line(tmp_path, argv, flag, env):
-    assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120, extra_env=env), tmp_path, flag)
+def test_bad_input_is_refused(sfl, tmp_path, argv, flag, env):
+    """The rules resolve_args checks, in this process (over the devices the run would have); --distributed's, checked
+    as the process starts, and one other, as a subprocess: exit 2, one line, nothing written."""
+    if "--distributed" in argv or argv == ["--model", "cnn"]:
+        return assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120, extra_env=env), tmp_path, flag)
+    args = tyro.cli(sfl.Args, args=argv)
+    with pytest.raises(sfl.BadFlag) as refused:
+        sfl.resolve_args(args, num_devices=4 if env == FOUR_DEVICES else 1)
+    assert flag in str(refused.value)
 
 
-def test_a_batch_that_cannot_fit_in_memory_is_refused_with_its_size(tmp_path):
+def test_a_batch_that_cannot_fit_in_memory_is_refused_with_its_size(sfl):
     envs, steps = 1_048_576, 2047  # just under 2^31 transitions of size s's 560-byte observation (and 64 bytes of numbers)
     flags = ["--num-envs", str(envs), "--num-steps", str(steps), "--sfl-num-candidates", str(envs), "--sfl-buffer-size", "4",
              "--env-size", "s", "--model", "mlp"]
-    result = run_copy(SCRIPT, flags, tmp_path, timeout=120)
-    assert_bad_input(result, tmp_path, f"--num-envs {envs} x --num-steps {steps}: a device's batch alone takes 1,247.4 GiB or more")
+    assert_refused(sfl, flags, f"--num-envs {envs} x --num-steps {steps}: a device's batch alone takes 1,247.4 GiB or more")
 
 
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
