@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import (assert_bad_input, assert_refused, finish, finish_ok, load_script, read_values, run_copy, run_dirs, run_ok, shared_runs,
+from helpers import (assert_refused, finish, finish_ok, load_script, read_values, run_dirs, run_ok, shared_runs,
                       start_copy, wait_for_file)
 
 SCRIPT = "ppo_kinetix_sfl"

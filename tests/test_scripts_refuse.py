@@ -107,6 +107,7 @@ def test_resume_of_another_scripts_checkpoint_names_it(script, written_by, tmp_p
 def test_a_rollout_that_cannot_fit_in_memory_is_refused_with_its_size(script, flags):
     budget = int(flags[1]) * int(flags[3])
     said = refusal(load_script(script), flags + ["--total-timesteps", str(budget)])
+    assert said is not None, "not refused"
     assert f"--num-envs {flags[1]} x --num-steps {flags[3]}: the rollout's storage alone takes" in said
     assert "GiB, more than this machine's" in said
 
