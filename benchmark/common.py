@@ -85,14 +85,15 @@ def finish(process, timeout=None):
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
-def refusal(module, flags):
+def refusal(module, flags, **checks):
     """What a script's flag checks say of `flags` (the line it prints after "error: "), or None if they pass: the rule
-    tested in this process, without a subprocess's imports (one subprocess per script tests the exit-2 contract)."""
+    tested in this process, without a subprocess's imports (one subprocess per script tests the exit-2 contract).
+    `checks`: resolve_args's own keywords (ppo_kinetix_sfl's num_devices)."""
     import tyro
 
     args = tyro.cli(module.Args, args=[str(flag) for flag in flags])
     try:
-        module.resolve_args(args)
+        module.resolve_args(args, **checks)
     except module.BadFlag as e:
         return str(e)
     return None

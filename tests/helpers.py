@@ -24,10 +24,10 @@ def read_values(run_dir):
     return {tag: [e.value for e in events] for tag, events in scalars.items()}, texts
 
 
-def assert_refused(module, flags, text):
+def assert_refused(module, flags, text, **checks):
     """The script's flag checks refuse `flags` with a message holding `text` (in this process: benchmark/common.py's
     refusal; one subprocess per script checks that a refusal exits 2 with that one line)."""
-    said = refusal(module, flags)
+    said = refusal(module, flags, **checks)
     assert said is not None and text in said, said
 
 

@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import tyro
 
 from helpers import assert_bad_input, assert_refused, assert_schedule_is_optax, load_script, run_copy
 
@@ -250,10 +249,7 @@ def test_bad_input_is_refused(sfl, tmp_path, argv, flag, env):
     as the process starts, and one other, as a subprocess: exit 2, one line, nothing written."""
     if "--distributed" in argv or argv == ["--model", "cnn"]:
         return assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120, extra_env=env), tmp_path, flag)
-    args = tyro.cli(sfl.Args, args=argv)
-    with pytest.raises(sfl.BadFlag) as refused:
-        sfl.resolve_args(args, num_devices=4 if env == FOUR_DEVICES else 1)
-    assert flag in str(refused.value)
+    assert_refused(sfl, argv, flag, num_devices=4 if env == FOUR_DEVICES else 1)
 
 
 def test_a_batch_that_cannot_fit_in_memory_is_refused_with_its_size(sfl):
