@@ -1,27 +1,16 @@
 """PPO on Procgen (envpool), instrumented for the study of parallel data collection (data-collection paper §6.2, Fig. 7).
 
-Implements CleanRL's ppo_procgen (Huang et al., 2022; IMPALA CNN of Espeholt et al., 2018) on envpool's Procgen
-(`StarpilotEasy-v0`, `BigfishEasy-v0`, ...: the distribution mode is part of the id), with the data-collection
-paper's Table 1 Procgen column (Adam eps 1e-5, lr 5e-4, widths 16/32/32, dense 256, gamma 0.999, rewards normalised
-by a running std of discounted returns and clipped to [-10, 10]) and CleanRL's remaining defaults, and with:
-- fixed-budget semantics: --total-timesteps counts environment steps, so varying --num-envs and
-  --num-steps keeps the data budget (data-collection paper, §4.2);
-- the scaling recipes of "Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel
-  Environments" (§5, App. D): from a base config, keep the minibatch size and add minibatches, or
-  grow the minibatch (optionally with a sqrt-scaled learning rate), or a hybrid of both;
-- the learning-dynamics metrics of "The Impact of On-Policy Parallelized Data Collection on Deep RL
-  Networks" (App. B): feature rank, dormant neurons, weight norm, gradient kurtosis, policy
-  variance and effective sample size, plus the Data-to-Divergence Ratio (stagnation §4.4);
-- shared or separate CNN encoders for actor and critic (data-collection §5.2);
-- training on --num-levels levels from --start-level (0: the full distribution, as CleanRL and the paper) and an
-  evaluation every --eval-every iterations on levels drawn from the full distribution with a seed of their own
-  (Cobbe et al., 2020's test protocol: levels held out from a finite training set), eval/episodic_return;
-- uint8 rollout storage, so that 1024 envs x 256 steps fit in 3 GiB;
-- runs that survive preemption: --save-every / --resume checkpoints (network, Adam, every RNG, counters),
-  SIGTERM or SIGUSR1 (Slurm's pre-timeout signal) checkpoint at the end of the iteration and exit 75,
-  and a loss or parameter that is not finite stops the run with one line naming the last good checkpoint.
-  Envpool's game state cannot be saved: a resumed run starts fresh episodes (the reward normaliser's running
-  variance is saved; its per-env discounted returns restart at 0 with the episodes).
+CleanRL's ppo_procgen (Huang et al., 2022; IMPALA CNN of Espeholt et al., 2018) on envpool's Procgen
+(`StarpilotEasy-v0`, ...: the distribution mode is part of the id) with the data-collection paper's Table 1 Procgen
+column (Adam eps 1e-5, lr 5e-4, widths 16/32/32, dense 256, gamma 0.999, rewards divided by a running std of discounted
+returns and clipped to [-10, 10]) and CleanRL's remaining defaults. As ppo_atari_envpool.py: a fixed budget of
+environment steps (§4.2), the stagnation paper's scaling recipes (§5, App. D), the App. B dynamics/ metrics and the
+Data-to-Divergence Ratio (stagnation §4.4), shared or separate encoders (§5.2), uint8 rollout storage, and runs that
+survive preemption (--save-every / --resume; SIGTERM or SIGUSR1 checkpoint and exit 75; a loss or parameter that is
+not finite stops the run naming the last good checkpoint; a resumed run starts fresh episodes, the reward normaliser's
+running variance saved). Training on --num-levels levels from --start-level (0: the full distribution, as CleanRL
+and the paper), evaluated every --eval-every iterations on levels of the full distribution drawn by a seed of their
+own (Cobbe et al., 2020's test protocol).
 
 Departures from CleanRL's ppo_procgen: envpool in place of procgen's gym3 vector env (the same games, observations
 channel-first). envpool resets an env on the step after its episode ends: that step ignores the action and returns
@@ -506,14 +495,8 @@ def main(args):
     if args.track:
         import wandb
 
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            save_code=True,
-        )
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args),
+                   name=run_name, save_code=True)
     writer = SummaryWriter(f"runs/{run_name}")
     writer.add_text(
         "hyperparameters",

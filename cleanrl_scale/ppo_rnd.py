@@ -420,6 +420,11 @@ def two_head_gae(args, rewards, curiosity_rewards, ext_values, int_values, dones
     return ext_advantages, ext_returns, int_advantages, int_returns
 
 
+# what a minibatch's gradient step reports (main's minibatch_gradient), in order: the value losses (both heads, then
+# each), PPO's policy loss, the entropy, the approximate KL, the clip fraction and the RND predictor's loss
+STATS = ("value_loss", "value_loss_ext", "value_loss_int", "policy_loss", "entropy", "approx_kl", "clipfrac", "rnd_loss")
+
+
 # Learning-dynamics metrics, data-collection paper App. B (B.1-B.6)
 def feature_rank(features, threshold=0.99):
     """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance."""
@@ -627,7 +632,7 @@ def main(args):
 
     def minibatch_gradient(mb_inds, mask, stats, batch):
         """The gradient of one minibatch's loss (PPO's, and the RND predictor's on the states `mask` keeps), left in
-        .grad, and its statistics: value losses (both, ext, int), policy loss, entropy, approx KL, clipfrac, RND loss."""
+        .grad, and its statistics (STATS)."""
         b_obs, b_actions, b_logprobs, b_advantages, b_ext_returns, b_int_returns, b_ext_values = batch
         predict_next_state_feature, target_next_state_feature = rnd_model(normalise_frame(b_obs[mb_inds], stats))
         forward_loss = F.mse_loss(predict_next_state_feature, target_next_state_feature.detach(), reduction="none").mean(-1)
@@ -665,7 +670,7 @@ def main(args):
 
         optimizer.zero_grad(set_to_none=not args.cudagraphs)  # a captured graph keeps the same .grad tensors
         loss.backward()
-        return torch.stack([v_loss, ext_v_loss, int_v_loss, pg_loss, entropy_loss, approx_kl, clipfrac, forward_loss]).detach()
+        return torch.stack([v_loss, ext_v_loss, int_v_loss, pg_loss, entropy_loss, approx_kl, clipfrac, forward_loss]).detach()  # STATS
 
     def optimizer_step():
         grad_norm = nn.utils.clip_grad_norm_(combined_parameters, args.max_grad_norm)
@@ -768,10 +773,10 @@ def main(args):
                 if measure and epoch == 0 and start == 0:
                     # B.4 on the raw gradient of the iteration's first minibatch (the agent's), before clipping rescales it
                     kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
-                sums += torch.stack([stats[6], optimizer_step(), stats[7]])
+                sums += torch.stack([stats[STATS.index("clipfrac")], optimizer_step(), stats[STATS.index("rnd_loss")]])
                 minibatch_steps += 1
 
-            if args.target_kl is not None and stats[5].item() > args.target_kl:  # one read per epoch, only with --target-kl
+            if args.target_kl is not None and stats[STATS.index("approx_kl")].item() > args.target_kl:  # one read an epoch, if set
                 break
 
         # KL(behaviour || updated policy) after the last epoch, exact for a categorical, on the whole batch or a
@@ -792,28 +797,21 @@ def main(args):
                       & torch.isfinite(losses).all() & torch.isfinite(sums).all() & torch.isfinite(kl_sum))
             read = torch.cat([losses, sums / minibatch_steps, torch.stack([
                 kl_sum / (args.kl_sample or args.batch_size), explained_var, curiosity_rewards.mean(), finite.float()])]).tolist()
-        (v_loss, ext_v_loss, int_v_loss, pg_loss, entropy_loss, approx_kl, clipfrac, grad_norm, rnd_loss, kl, explained_var,
-         intrinsic_mean, finite) = read  # the one sync
-        if not finite:
+        # the last minibatch's losses and KL (as CleanRL logs them), the iteration's means, then the batch's KL
+        logged = dict(zip(("value_loss", "value_loss_ext", "value_loss_int", "policy_loss", "entropy", "approx_kl_last_minibatch",
+                           "clipfrac", "grad_norm", "rnd_loss", "approx_kl", "explained_variance", "intrinsic_reward_mean",
+                           "finite"), read))  # the one sync
+        if not logged.pop("finite"):
             progress.close()
             print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
                   f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
             sys.exit(1)
 
         writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
-        writer.add_scalar("charts/intrinsic_reward_mean", intrinsic_mean, global_step)
-        writer.add_scalar("losses/rnd_loss", rnd_loss, global_step)
-        writer.add_scalar("losses/value_loss", v_loss, global_step)
-        writer.add_scalar("losses/value_loss_ext", ext_v_loss, global_step)
-        writer.add_scalar("losses/value_loss_int", int_v_loss, global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss, global_step)
-        writer.add_scalar("losses/entropy", entropy_loss, global_step)
-        writer.add_scalar("losses/approx_kl", kl, global_step)
-        writer.add_scalar("losses/approx_kl_last_minibatch", approx_kl, global_step)
-        writer.add_scalar("losses/clipfrac", clipfrac, global_step)
-        writer.add_scalar("losses/grad_norm", grad_norm, global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        writer.add_scalar("charts/ddr", args.batch_size / max(kl, 1e-12), global_step)
+        writer.add_scalar("charts/intrinsic_reward_mean", logged.pop("intrinsic_reward_mean"), global_step)
+        for name, value in logged.items():
+            writer.add_scalar(f"losses/{name}", value, global_step)
+        writer.add_scalar("charts/ddr", args.batch_size / max(logged["approx_kl"], 1e-12), global_step)
         if room_byte is not None:
             writer.add_scalar("charts/rooms_visited", len(rooms), global_step)
         if measure:
