@@ -1,6 +1,7 @@
 """ppo_ewma_jax.py: the decoupled PPO-EWMA loss, the EWMA, GAE, the multi-categorical policy, flags,
 CartPole learning in both modes, locomotion end to end, exact resume from a checkpoint, and the dynamics/
 metrics against the torch scripts' on the same inputs."""
+import functools
 import json
 import re
 import resource
@@ -307,10 +308,12 @@ def test_an_unrolled_update_is_the_same_computation(ewma):
             assert unrolled[tag] == pytest.approx(value, rel=1e-4, abs=1e-6), (unroll, tag)
 
 
+TINY_CARTPOLE = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, total_timesteps=64)
+
+
 def lowered_update(ewma, **flags):
     """The text of the jitted update this script compiles for these flags (traced, lowered, not compiled)."""
-    args = ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.Args(
-        env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, fuse_iterations=2, **flags)))
+    args = ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.Args(**{**TINY_CARTPOLE, "fuse_iterations": 2, **flags})))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
@@ -342,8 +345,7 @@ def test_traced_flags_give_the_numbers_of_constant_ones(ewma):
 @pytest.mark.parametrize("anneal", [True, False])
 def test_learning_rate_schedule_is_optax_linear_schedule(ewma, anneal):
     def args_and_schedule(lr):
-        args = ewma.resolve_args(ewma.Args(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
-                                           update_epochs=2, total_timesteps=64 * 7, learning_rate=lr, anneal_lr=anneal))
+        args = ewma.resolve_args(ewma.Args(**{**TINY_CARTPOLE, "total_timesteps": 64 * 7}, learning_rate=lr, anneal_lr=anneal))
         return args, ewma.make_train(args, ewma.make_env(args))[3]
 
     assert_schedule_is_optax(ewma, args_and_schedule, anneal)
@@ -360,24 +362,34 @@ def test_checking_the_flags_starts_no_device_backend():
     assert "backends []" in result.stdout, result.stdout
 
 
-def first_update_metrics(ewma, measure=False, traced=False, **flags):
-    """The metrics of one update of a tiny CartPole config, in process (with the dynamics/ metrics if measure; the float
-    flags as the script passes them, traced, if traced)."""
-    args = ewma.resolve_args(ewma.Args(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
-                                       update_epochs=2, total_timesteps=64, **flags))
+@functools.lru_cache(maxsize=None)
+def tiny_update(ewma, shaping=()):
+    """The jitted update of the tiny CartPole config with these flags that shape its program, its first runner and
+    levels: one per program, so that the calls that differ only in traced values compile it once (as a grid does)."""
+    args = ewma.resolve_args(ewma.Args(**TINY_CARTPOLE, **dict(shaping)))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
-    _, metrics = jax.jit(update)(init(jax.random.PRNGKey(1), levels), levels, jnp.asarray([measure]), jnp.asarray([True]),
-                                 ewma.hyperparameters(args) if traced else None)
+    return jax.jit(update), init(jax.random.PRNGKey(1), levels), levels
+
+
+def first_update_metrics(ewma, measure=False, traced=False, **flags):
+    """The metrics of one update of a tiny CartPole config, in process (with the dynamics/ metrics if measure). traced:
+    as the script runs it, the float flags given as values (hyperparameters) to the one program of the flags that
+    shape it, measure as a value too; else a program with every flag compiled in as a constant."""
+    values = ewma.hyperparameters(ewma.resolve_args(ewma.Args(**TINY_CARTPOLE, **flags)))
+    if traced:
+        update, runner, levels = tiny_update(ewma, tuple(sorted((k, v) for k, v in flags.items() if k not in values)))
+    else:
+        update, runner, levels = tiny_update.__wrapped__(ewma, tuple(sorted(flags.items())))
+    _, metrics = update(runner, levels, jnp.asarray([measure]), jnp.asarray([True]), values if traced else None)
     return {tag: float(value[0]) for tag, value in metrics.items() if not tag.startswith("coverage/")}  # scalars
 
 
 def test_fused_iterations_are_the_iterations_one_by_one(ewma):
     """--fuse-iterations: K iterations in one call give the metrics and parameters of K calls of one iteration, and an
     inactive iteration (a call that ends early) leaves the runner as it was."""
-    args = ewma.resolve_args(ewma.Args(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2,
-                                       update_epochs=2, total_timesteps=64 * 4))
+    args = ewma.resolve_args(ewma.Args(**{**TINY_CARTPOLE, "total_timesteps": 64 * 4}))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     update = jax.jit(update)
@@ -473,16 +485,17 @@ def test_weight_norm_is_the_torch_scripts_over_kernels_only(ewma, ppo_atari):
 
 
 def test_dynamics_in_the_update_read_the_raw_first_minibatch_gradient(ewma):
-    measured = first_update_metrics(ewma, measure=True)
+    """As the script runs it: measuring, and the clipping's norm, are values given to one program."""
+    measured = first_update_metrics(ewma, measure=True, traced=True)
     assert all(tag in measured for tag in DYNAMICS_TAGS)
     assert 0 < measured["dynamics/feature_rank"] <= 256 and 0 <= measured["dynamics/dormant_pct"] <= 100
     assert 0 < measured["dynamics/ess_pct"] <= 100 and measured["dynamics/weight_norm"] > 0
     # measuring changes nothing else, and the kurtosis is of the gradient before clipping
-    plain = first_update_metrics(ewma)
+    plain = first_update_metrics(ewma, traced=True)
     assert {t: v for t, v in measured.items() if not t.startswith("dynamics/")} == {
         t: v for t, v in plain.items() if not t.startswith("dynamics/")}
-    unclipped = first_update_metrics(ewma, measure=True, max_grad_norm=1e6)
-    tiny_clip = first_update_metrics(ewma, measure=True, max_grad_norm=1e-3)
+    unclipped = first_update_metrics(ewma, measure=True, traced=True, max_grad_norm=1e6)
+    tiny_clip = first_update_metrics(ewma, measure=True, traced=True, max_grad_norm=1e-3)
     assert unclipped["dynamics/grad_kurtosis"] == pytest.approx(measured["dynamics/grad_kurtosis"], rel=1e-6)
     assert tiny_clip["dynamics/grad_kurtosis"] == pytest.approx(measured["dynamics/grad_kurtosis"], rel=1e-6)
     assert unclipped["losses/approx_kl"] != tiny_clip["losses/approx_kl"]  # the clipping did act on the update
@@ -512,11 +525,13 @@ def test_the_hidden_layers_apply_the_activation_flag(ewma, activation, function)
 
 
 def test_vf_clip_coef_follows_clip_coef_unless_given(ewma):
-    default = first_update_metrics(ewma)
-    assert first_update_metrics(ewma, vf_clip_coef=0.2) == default  # unset = --clip-coef
-    assert first_update_metrics(ewma, vf_clip_coef=0.01)["losses/value_loss"] != default["losses/value_loss"]
+    """As the script passes them: traced values of one program."""
+    default = first_update_metrics(ewma, traced=True)
+    assert first_update_metrics(ewma, traced=True, vf_clip_coef=0.2) == default  # unset = --clip-coef
+    assert first_update_metrics(ewma, traced=True, vf_clip_coef=0.01)["losses/value_loss"] != default["losses/value_loss"]
     # an epsilon sweep with the value clipping held at 0.2 differs from one where it follows epsilon
-    assert first_update_metrics(ewma, clip_coef=0.05, vf_clip_coef=0.2) != first_update_metrics(ewma, clip_coef=0.05)
+    assert (first_update_metrics(ewma, traced=True, clip_coef=0.05, vf_clip_coef=0.2)
+            != first_update_metrics(ewma, traced=True, clip_coef=0.05))
 
 
 def run_script(args, workdir):
