@@ -4,13 +4,15 @@ CleanRL's ppo_procgen (Huang et al., 2022; IMPALA CNN of Espeholt et al., 2018) 
 (`StarpilotEasy-v0`, ...: the distribution mode is part of the id) with the data-collection paper's Table 1 Procgen
 column (Adam eps 1e-5, lr 5e-4, widths 16/32/32, dense 256, gamma 0.999, rewards divided by a running std of discounted
 returns and clipped to [-10, 10]) and CleanRL's remaining defaults. As ppo_atari_envpool.py: a fixed budget of
-environment steps (§4.2), the stagnation paper's scaling recipes (§5, App. D), the App. B dynamics/ metrics and the
-Data-to-Divergence Ratio (stagnation §4.4), shared or separate encoders (§5.2), uint8 rollout storage, and runs that
-survive preemption (--save-every / --resume; SIGTERM or SIGUSR1 checkpoint and exit 75; a loss or parameter that is
-not finite stops the run naming the last good checkpoint; a resumed run starts fresh episodes, the reward normaliser's
-running variance saved). Training on --num-levels levels from --start-level (0: the full distribution, as CleanRL
-and the paper), evaluated every --eval-every iterations on levels of the full distribution drawn by a seed of their
-own (Cobbe et al., 2020's test protocol).
+environment steps (data-collection §4.2), the scaling recipes of "Preventing Learning Stagnation in PPO by Scaling to
+1 Million Parallel Environments" (§5, App. D), the data-collection paper's dynamics/ metrics (App. B) and the
+Data-to-Divergence Ratio (stagnation §4.4), shared or separate encoders (data-collection §5.2), uint8 rollout storage,
+and runs that survive preemption (--save-every / --resume; SIGTERM or SIGUSR1 checkpoint and exit 75; a loss or
+parameter that is not finite stops the run naming the last good checkpoint; a resumed run starts fresh episodes).
+The reward normaliser's running variance is checkpointed; its per-env discounted returns restart at 0 with the fresh
+episodes. Training on --num-levels levels from --start-level (0: the full distribution, as CleanRL and the paper),
+evaluated every --eval-every iterations on levels of the full distribution drawn by a seed of their own (Cobbe et
+al., 2020's test protocol).
 
 Departures from CleanRL's ppo_procgen: envpool in place of procgen's gym3 vector env (the same games, observations
 channel-first). envpool resets an env on the step after its episode ends: that step ignores the action and returns
