@@ -205,7 +205,7 @@ def advise(run, phases, opts):
     ewma = isinstance(com, (int, float)) and com > 0
     improved = improving_step(phases)
     if last.label == "collapsed":
-        before = [c for c in run["checkpoints"] if c[0] < last.iterations[0]]
+        before = [c for c in run["checkpoints"] if c[0] < script_iteration(run, last.iterations[0])]
         remedies = [{"what": "a larger entropy bonus from the newest checkpoint before the collapse",
                      "flags": {"--ent-coef": 2 * ent if ent else 0.01}, "new_run": False,
                      "checkpoint": before[-1] if before else None}]
@@ -255,6 +255,12 @@ def advise(run, phases, opts):
     return meaning, with_commands(run, remedies)
 
 
+def script_iteration(run, i):
+    """The script's own count (a checkpoint's iter_<n>) of the run's i-th logged iteration (from 1): a run resumed from
+    another run's checkpoint logs its iterations from there on (its steps go on from the checkpoint's)."""
+    return int(round(run["steps"][i - 1] / run["batch"])) if run["batch"] else i
+
+
 def improving_step(phases):
     steps = [p.evidence[next(iter(p.evidence))] for p in phases if p.label == "improving"]
     return float(np.median(steps)) if steps else None
@@ -281,7 +287,7 @@ def with_commands(run, remedies):
             remedy["note"] = f"its checkpoint is its pack's, whose first run ({run['pack'][0]}) has no readable command"
         if own is None or remedy.get("note"):
             continue
-        finished = not remedy["new_run"] and checkpoint[0] >= len(run["step"])
+        finished = not remedy["new_run"] and checkpoint[0] >= script_iteration(run, len(run["step"]))
         drop = set(remedy["flags"]) | (set(SET_BY_RECIPE) if remedy["new_run"] else
                                        {"--resume", "--num-seeds"} | ({"--total-timesteps"} if finished else set()))
         argv, i = [], 0

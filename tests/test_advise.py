@@ -144,6 +144,24 @@ def test_a_collapsed_policy_is_not_called_a_plateau(tmp_path):
     assert remedy["flags"] == {"--ent-coef": 0.02} and remedy["command"].split("--resume ")[1].endswith("iter_40.npz")
 
 
+def test_a_run_resumed_from_another_runs_checkpoint_reads_its_checkpoints_in_the_scripts_count(tmp_path):
+    """A run resumed at iteration 50 of another (claim 4's arms): its own events start there, its checkpoints keep the
+    script's count. Stagnated: iter_160 lies before its end (200), so the smaller step resumes from it with the run's
+    budget, not as from a finished run. Collapsed: iter_60 lies before the collapse (from about iteration 101), though
+    after the run's 50th logged iteration."""
+    tb = write_run(tmp_path / "stagnated", "stagnated", start=50)
+    (report,) = advise.main([str(tmp_path / "stagnated")])
+    assert report["iterations"] == 150 and report["verdict"].startswith("stagnated")
+    argv = shlex.split(report["remedies"][-1]["command"])
+    assert argv[argv.index("--resume") + 1] == str(tb / "checkpoints" / "iter_160.npz")
+    assert argv[argv.index("--total-timesteps") + 1] == "204800" and argv.count("--total-timesteps") == 1
+    tb = write_run(tmp_path / "collapsed", "collapsed", start=50)
+    (tb / "checkpoints" / "iter_60.npz").write_bytes(b"")
+    (report,) = advise.main([str(tmp_path / "collapsed")])
+    assert report["verdict"].startswith("collapsed")
+    assert report["remedies"][0]["command"].split("--resume ")[1] == str(tb / "checkpoints" / "iter_60.npz")
+
+
 def test_a_run_declining_from_its_start_gets_no_step_advice(tmp_path):
     report = report_of(tmp_path, "declining")
     assert [p["label"] for p in report["phases"]] == ["declining"]
