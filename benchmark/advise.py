@@ -11,7 +11,9 @@ what the paper would change, as flags. It never changes a run.
 The rule (stagnation §3-5; every threshold is a flag, its default justified in docs/advise.md). A run's iterations
 are the steps of its per-iteration step-size tag: the KL of the update (`losses/approx_kl`; noisy_sgd: the update
 norm). Its score (`--tag`, else analyze.py's tag for the script) is averaged per iteration. The iterations are cut
-into windows of `--window` (the last window ends at the last iteration), and each window is labelled:
+into windows of `--window` (the last window ends at the last iteration; wider where the score is logged less often
+than every `--window` / 5 iterations, as an evaluation every --eval-every iterations is: 5 scores a window), and each
+window is labelled:
 - **collapsed**: the policy's entropy below `--collapse-entropy` of the first window's and the step below
   `--collapse-step` of the first window's (a deterministic policy that no longer moves; not the paper's plateau);
 - **improving** / **declining**: the score's slope, least squares over the window with its interval at `--level`
@@ -92,11 +94,18 @@ class Window:
     label: str = ""
 
 
+def window_of(run, opts):
+    """opts.window iterations, or more where the score is logged less often than every opts.window / 5 iterations (an
+    evaluation every --eval-every iterations): as many as hold 5 scores, the fewest a window's slope is fitted on."""
+    scored = int(np.isfinite(run["score"]).sum())
+    return max(opts.window, math.ceil(5 * len(run["score"]) / scored)) if scored else opts.window
+
+
 def windows_of(run, opts):
-    """The run's windows of opts.window iterations, the last ending at its last iteration (the first takes the rest)."""
-    n = len(run["step"])
-    count = max(1, n // opts.window)
-    edges = [0] + [n - opts.window * i for i in range(count - 1, 0, -1)] + [n]
+    """The run's windows of window_of's iterations, the last ending at its last iteration (the first takes the rest)."""
+    n, size = len(run["step"]), window_of(run, opts)
+    count = max(1, n // size)
+    edges = [0] + [n - size * i for i in range(count - 1, 0, -1)] + [n]
     out = []
     for a, b in zip(edges[:-1], edges[1:]):
         entropy = run["entropy"][a:b] if run["entropy"] is not None else np.array([np.nan])
@@ -503,13 +512,15 @@ def analyse(run, opts):
     phases = phases_of(run, windows, opts)
     meaning, remedies = advise(run, phases, opts)
     return {"run": run["name"], "script": run["script"], "score": run["tag"], "step_size": run["step_tag"],
-            "iterations": len(run["step"]), "window": opts.window, "phases": [asdict(p) for p in phases],
+            "iterations": len(run["step"]), "window": window_of(run, opts), "asked_window": opts.window,
+            "phases": [asdict(p) for p in phases],
             "verdict": meaning, "remedies": remedies}
 
 
 def describe(report):
     lines = [f"{report['run']} ({report['script']}, {report['iterations']} iterations, score {report['score']}, "
-             f"windows of {report['window']}):"]
+             f"windows of {report['window']}" + (" to hold 5 scores each" if report["window"] > report["asked_window"] else "")
+             + "):"]
     for p in report["phases"]:
         slope = p["slope_per_million"]
         shown = f"{slope[0]:+.3g} per 1M steps [{slope[1]:+.3g}, {slope[2]:+.3g}]" if slope else "no slope"

@@ -49,10 +49,12 @@ def curves(kind, n=200, seed=0):
     return score, kl, entropy
 
 
-def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, start=0, stamp=1764300000, seed=1):
+def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, start=0, stamp=1764300000, seed=1,
+              every=1):
     """A launcher run directory (command.json) whose TensorBoard run logs the curves of `kind` as the scripts do:
-    every iteration its KL, DDR and entropy; its episodes' returns (three an iteration) inside the iteration.
-    `start`, `upto`: the iterations it logs; `stamp`: its name's time stamp (a resumed run writes a new one)."""
+    every iteration its KL, DDR and entropy; its episodes' returns (three an iteration) inside the iteration, or in
+    every `every`-th iteration only (an evaluation's cadence). `start`, `upto`: the iterations it logs; `stamp`: its
+    name's time stamp (a resumed run writes a new one)."""
     score, kl, entropy = curves(kind)
     tb = run_dir / "runs" / f"CartPole-v1__{script}__{seed}__{stamp}"
     tb.mkdir(parents=True, exist_ok=True)
@@ -61,7 +63,7 @@ def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, 
     writer = EventFileWriter(str(tb))
     for i in range(start, len(score) if upto is None else upto):
         step = (i + 1) * BATCH
-        for offset, value in ((-700, score[i] - 1), (-400, score[i] + 1), (-100, score[i])):
+        for offset, value in ((-700, score[i] - 1), (-400, score[i] + 1), (-100, score[i])) if (i + 1) % every == 0 else ():
             writer.add_event(scalar("charts/episodic_return", value, step + offset))
         for tag, value in (("losses/approx_kl", kl[i]), ("charts/ddr", BATCH / kl[i]), ("losses/entropy", entropy[i])):
             writer.add_event(scalar(tag, value, step))
@@ -160,6 +162,16 @@ def test_a_run_resumed_from_another_runs_checkpoint_reads_its_checkpoints_in_the
     (report,) = advise.main([str(tmp_path / "collapsed")])
     assert report["verdict"].startswith("collapsed")
     assert report["remedies"][0]["command"].split("--resume ")[1] == str(tb / "checkpoints" / "iter_60.npz")
+
+
+def test_a_score_logged_every_tenth_iteration_is_read_in_windows_that_hold_five(tmp_path):
+    """An evaluation's cadence (ppo_kinetix_sfl.py's default score, every --eval-every 10 iterations): windows of 20
+    would hold 2 scores each and read "no score" throughout; they widen to 50 and find the plateau."""
+    write_run(tmp_path / "run", "stagnated", every=10)
+    (report,) = advise.main([str(tmp_path / "run")])
+    assert report["window"] == 50 and report["asked_window"] == 20
+    assert [p["label"] for p in report["phases"]] == ["improving", "stagnated"], report["phases"]
+    assert "windows of 50 to hold 5 scores each" in advise.describe(report)
 
 
 def test_a_run_declining_from_its_start_gets_no_step_advice(tmp_path):
