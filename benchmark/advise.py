@@ -249,7 +249,12 @@ def advise(run, phases, opts):
                              "flags": scaled, "new_run": True})
         if ewma or isinstance(clip, float):
             step = {"--ewma-com": com * k} if ewma else {"--clip-coef": clip / 2}
-            remedies.append({"what": "a smaller outer step from the newest checkpoint (stagnation §3, Fig. 3a)",
+            ddr = last.evidence.get("charts/ddr")
+            # epsilon: an update's KL, held at the clip, grows about as epsilon squared (half of it cut the KL 3.6-4.9x
+            # on the epsilon grid, docs/advise.md); a COM's KL is not predicted so (claim 4: COM x32 cut it ~13x)
+            expected = (f": DDR about {4 * ddr:,.0f} (now {ddr:,.0f}; an update's KL at the clip grows about as epsilon "
+                        "squared)" if ddr and not ewma else "")
+            remedies.append({"what": "a smaller outer step from the newest checkpoint (stagnation §3, Fig. 3a)" + expected,
                              "flags": step, "new_run": False, "checkpoint": newest})
     else:
         meaning = ("levelling off: the updates shrank with the score (converged at these settings, or too strongly "

@@ -117,6 +117,23 @@ def test_a_run_that_stalls_with_large_updates_is_stagnated_and_gets_the_papers_r
     assert argv[argv.index("--total-timesteps") + 1] == "204800"  # the run's own: its checkpoint has steps left
 
 
+def test_a_stagnated_ppo_run_gets_half_its_clip_with_the_ddr_that_quarters_its_kl(tmp_path):
+    """Plain PPO (no --ewma-com): the smaller outer step is half --clip-coef, resumed, with DDR x4 (an update's KL at
+    the clip grows about as epsilon squared; the epsilon grid's halving cut it 3.6-4.9x)."""
+    write_run(tmp_path / "run", "stagnated")
+    command = json.loads((tmp_path / "run" / "command.json").read_text())
+    command["resolved"]["ewma_com"] = None
+    command["argv"] = [a for i, a in enumerate(command["argv"]) if "--ewma-com" not in command["argv"][max(0, i - 1):i + 1]]
+    (tmp_path / "run" / "command.json").write_text(json.dumps(command))
+    (report,) = advise.main([str(tmp_path / "run")])
+    step = report["remedies"][1]
+    ddr = report["phases"][-1]["evidence"]["charts/ddr"]
+    assert step["flags"] == {"--clip-coef": 0.1} and f"DDR about {4 * ddr:,.0f} (now {ddr:,.0f}" in step["what"]
+    argv = shlex.split(step["command"])
+    assert argv[argv.index("--clip-coef") + 1] == "0.1" and "--ewma-com" not in argv and "--resume" in argv
+    assert refusal(load_script("ppo_ewma_jax"), [a for a in argv[2:argv.index("--resume")]]) is None
+
+
 def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
     write_run(tmp_path / "run", "stagnated")
     command = json.loads((tmp_path / "run" / "command.json").read_text())
