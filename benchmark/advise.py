@@ -544,7 +544,7 @@ def describe(report):
 
 def follow(opts):
     """Re-read the runs every opts.follow seconds; print a line when a run's last phase (as its report gives it)
-    changes its label."""
+    changes its label, and below it the remedies the report gives for it (a command, or why none)."""
     seen, polls = {}, 0
     while True:
         for run in gather(opts):
@@ -558,6 +558,8 @@ def follow(opts):
                 print(f"{time.strftime('%H:%M:%S')} {run['name']}: {last.label} at iteration {last.iterations[1]} "
                       f"(since iteration {last.iterations[0]}; score {shown}; {run['step_tag'].split('/')[-1]} "
                       f"{last.evidence[run['step_tag']]:.3g})", flush=True)
+                for remedy in advise(run, phases, opts)[1]:  # what to do about it, as the report gives it
+                    print(f"  {remedy['what']}: {remedy['command'] or remedy.get('note')}", flush=True)
             seen[run["name"]] = last.label
         polls += 1
         if opts.polls and polls >= opts.polls:

@@ -300,7 +300,7 @@ def test_a_scripts_own_resumed_run_is_read_as_one(tmp_path):
 
 def test_follow_prints_a_line_when_the_phase_changes(tmp_path):
     """--follow re-reads a run that is still writing: a line for its first phase, none while it holds, one when the
-    stall starts."""
+    stall starts, with its remedies."""
     write_run(tmp_path / "run", "stagnated", upto=90, checkpoint=False)
     process = subprocess.Popen([sys.executable, str(ROOT / "benchmark" / "advise.py"), str(tmp_path / "run"), "--follow",
                                 "1", "--polls", "12"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -313,6 +313,8 @@ def test_follow_prints_a_line_when_the_phase_changes(tmp_path):
     out, err = process.communicate(timeout=120)
     assert process.returncode == 0, err
     assert out.count(": stagnated at iteration 200") == 1 and "improving" not in out, out
+    # and what to do about it: the new run's command; no checkpoint to resume from
+    assert "  4x the envs" in out and "python cleanrl_scale/ppo_ewma_jax.py" in out and "no checkpoint to resume" in out, out
 
 
 def test_a_real_noisy_sgd_run_stagnates_at_a_large_step_and_improves_at_a_small_one(tmp_path):
