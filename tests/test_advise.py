@@ -134,6 +134,30 @@ def test_a_stagnated_ppo_run_gets_half_its_clip_with_the_ddr_that_quarters_its_k
     assert refusal(load_script("ppo_ewma_jax"), [a for a in argv[2:argv.index("--resume")]]) is None
 
 
+def test_a_torch_ppo_run_gets_commands_its_script_accepts(tmp_path):
+    """ppo_atari_envpool.py (.pt checkpoints, plain PPO, 8 envs x 128 steps): the new run at 4x the envs and half its
+    clip from its newest checkpoint, each command passing the script's own flag checks."""
+    tb = write_run(tmp_path / "run", "stagnated", script="ppo_atari_envpool")
+    for checkpoint in list((tb / "checkpoints").iterdir()):
+        checkpoint.rename(checkpoint.with_suffix(".pt"))
+    command = json.loads((tmp_path / "run" / "command.json").read_text())
+    command["argv"] = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4",
+                       "--total-timesteps", "204800", "--seed", "1"]
+    command["resolved"] = {"num_envs": 8, "num_steps": 128, "num_minibatches": 4, "clip_coef": 0.1, "learning_rate": 0.00025,
+                           "ent_coef": 0.01, "total_timesteps": 204800, "scaling_recipe": "none"}
+    (tmp_path / "run" / "command.json").write_text(json.dumps(command))
+    (report,) = advise.main([str(tmp_path / "run")])
+    scale, step = report["remedies"]
+    assert step["flags"] == {"--clip-coef": 0.05} and scale["flags"]["--num-envs"] == 32
+    module = load_script("ppo_atari_envpool")
+    new = shlex.split(scale["command"])
+    assert new[1] == "cleanrl_scale/ppo_atari_envpool.py" and refusal(module, new[2:]) is None
+    resume = shlex.split(step["command"])
+    at = resume.index("--resume")
+    assert resume[at + 1] == str(tb / "checkpoints" / "iter_160.pt")
+    assert refusal(module, resume[2:at] + resume[at + 2:]) is None  # (the empty checkpoint file aside)
+
+
 def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
     write_run(tmp_path / "run", "stagnated")
     command = json.loads((tmp_path / "run" / "command.json").read_text())
@@ -143,6 +167,7 @@ def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
     assert report["remedies"][0]["flags"] == {"--num-envs": 32, "--base-num-envs": 8, "--base-num-minibatches": 32,
                                               "--scaling-recipe": "hybrid", "--hybrid-minibatch-factor": 4,
                                               "--learning-rate": 0.0003, "--total-timesteps": 4 * 204800}
+    assert refusal(load_script("ppo_ewma_jax"), shlex.split(report["remedies"][0]["command"])[2:]) is None  # accepted
 
 
 def test_updates_that_shrink_with_the_score_are_levelling_off_with_the_opposite_advice(tmp_path):
