@@ -247,6 +247,13 @@ def advise(run, phases, opts):
                                      + (f": DDR up to about {ddr * k:,.0f} (now {ddr:,.0f}; as much only if the KL of an "
                                         "update stays where the clip or COM holds it)" if ddr else ""),
                              "flags": scaled, "new_run": True})
+        eta = run["name"].rsplit("/eta_", 1)[1] if run["script"] == "noisy_sgd" and "/eta_" in run["name"] else None
+        if eta and "_to_" not in eta:  # noisy_sgd's step size (a sub-run), switched to eta / k where the plateau starts
+            # (a run that switched once already, eta_<a>_to_<b>, has no second switch to give)
+            remedies.append({"what": "a smaller step from the plateau's start (stagnation Fig. 3b: the curve moves to "
+                                     "the new step size's plateau), a new run of this step size",
+                             "flags": {"--step-sizes": float(eta), "--switch-step": last.steps[0],
+                                       "--switch-step-size": float(eta) / k}, "new_run": True})
         if ewma or isinstance(clip, float):
             step = {"--ewma-com": com * k} if ewma else {"--clip-coef": clip / 2}
             ddr = last.evidence.get("charts/ddr")

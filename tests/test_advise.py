@@ -354,6 +354,10 @@ def test_a_real_noisy_sgd_run_stagnates_at_a_large_step_and_improves_at_a_small_
     assert "improving" in labels and labels.index("improving") < labels.index("stagnated") and labels[-1] == "stagnated"
     stalled = sum(p["iterations"][1] - p["iterations"][0] + 1 for p in large["phases"] if p["label"] == "stagnated")
     assert stalled > 0.8 * 401 and large["step_size"] == "charts/update_norm" and large["script"] == "noisy_sgd"
+    # Fig. 3b's remedy: this step size switched to a quarter of it where the plateau starts (its gradient step)
+    (remedy,) = large["remedies"]
+    assert remedy["flags"] == {"--step-sizes": 0.1, "--switch-step": large["phases"][-1]["steps"][0], "--switch-step-size": 0.025}
+    assert refusal(load_script("noisy_sgd"), [x for f, v in remedy["flags"].items() for x in (f, v)]) is None
 
 
 def test_claim_2_and_3_runs_read_as_their_docs_describe_them():
