@@ -28,8 +28,10 @@ a phase. The advice reads the last phase: stagnated (or declining with large ste
 (§4.4-5): `--num-envs` x `--scale` under `--scaling-recipe more-minibatches` from the run's own minibatches and
 learning rate (hybrid where the minibatches would outnumber the envs) for as many iterations, the DDR that reaches at
 most, and a smaller outer step from the newest checkpoint (`--ewma-com` x `--scale`, or half `--clip-coef`; a packed
-seed's resume is its pack's); levelling off gives the opposite direction; a collapse, a larger `--ent-coef` from the
-checkpoint before it.
+seed's resume is its pack's; for half `--clip-coef`, the DDR about x4 it gives); noisy_sgd, its step size switched
+to 1 / `--scale` of it where it first stagnated (Fig. 3b); levelling off gives the opposite direction; a collapse, a
+larger `--ent-coef` from the checkpoint before it. Windows widen where the score is logged less often than a window
+can fit a slope on (5 scores each). `--follow` prints each phase change with its remedies.
 """
 import argparse
 import json
@@ -94,18 +96,26 @@ class Window:
     label: str = ""
 
 
+def window_edges(n, size):
+    """Windows of `size` iterations over n, the last ending at the last iteration (the first takes the rest)."""
+    count = max(1, n // size)
+    return [0] + [n - size * i for i in range(count - 1, 0, -1)] + [n]
+
+
 def window_of(run, opts):
-    """opts.window iterations, or more where the score is logged less often than every opts.window / 5 iterations (an
-    evaluation every --eval-every iterations): as many as hold 5 scores, the fewest a window's slope is fitted on."""
-    scored = int(np.isfinite(run["score"]).sum())
-    return max(opts.window, math.ceil(5 * len(run["score"]) / scored)) if scored else opts.window
+    """opts.window iterations, or the fewest more for which every window holds 5 scores, the fewest a window's slope
+    is fitted on, where the score is logged less often (an evaluation every --eval-every iterations; episodes that
+    outlast iterations). The whole run where no size does."""
+    scored = np.concatenate([[0], np.cumsum(np.isfinite(run["score"]))])
+    n = len(run["score"])
+    return next((size for size in range(opts.window, n + 1)
+                 if all(scored[b] - scored[a] >= 5 for a, b in zip(window_edges(n, size)[:-1], window_edges(n, size)[1:]))),
+                max(opts.window, n))
 
 
 def windows_of(run, opts):
     """The run's windows of window_of's iterations, the last ending at its last iteration (the first takes the rest)."""
-    n, size = len(run["step"]), window_of(run, opts)
-    count = max(1, n // size)
-    edges = [0] + [n - size * i for i in range(count - 1, 0, -1)] + [n]
+    edges = window_edges(len(run["step"]), window_of(run, opts))
     out = []
     for a, b in zip(edges[:-1], edges[1:]):
         entropy = run["entropy"][a:b] if run["entropy"] is not None else np.array([np.nan])
@@ -247,20 +257,15 @@ def advise(run, phases, opts):
                                      + (f": DDR up to about {ddr * k:,.0f} (now {ddr:,.0f}; as much only if the KL of an "
                                         "update stays where the clip or COM holds it)" if ddr else ""),
                              "flags": scaled, "new_run": True})
-        eta = run["name"].rsplit("/eta_", 1)[1] if run["script"] == "noisy_sgd" and "/eta_" in run["name"] else None
-        if eta and "_to_" not in eta:  # noisy_sgd's step size (a sub-run), switched to eta / k where the plateau starts
-            # (a run that switched once already, eta_<a>_to_<b>, has no second switch to give)
-            remedies.append({"what": "a smaller step from the plateau's start (stagnation Fig. 3b: the curve moves to "
-                                     "the new step size's plateau), a new run of this step size",
-                             "flags": {"--step-sizes": float(eta), "--switch-step": last.steps[0],
-                                       "--switch-step-size": float(eta) / k}, "new_run": True})
+        if run["script"] == "noisy_sgd":  # its step size (a sub-run eta_<x>) switched to x / k where it first stalled
+            remedies += switched_step_size(run, phases, last, k)
         if ewma or isinstance(clip, float):
             step = {"--ewma-com": com * k} if ewma else {"--clip-coef": clip / 2}
             ddr = last.evidence.get("charts/ddr")
             # epsilon: an update's KL, held at the clip, grows about as epsilon squared (half of it cut the KL 3.6-4.9x
             # on the epsilon grid, docs/advise.md); a COM's KL is not predicted so (claim 4: COM x32 cut it ~13x)
             expected = (f": DDR about {4 * ddr:,.0f} (now {ddr:,.0f}; an update's KL at the clip grows about as epsilon "
-                        "squared)" if ddr and not ewma else "")
+                        "squared: measured at epsilon 0.8 -> 0.4, 3.6-4.9x)" if ddr and not ewma else "")
             remedies.append({"what": "a smaller outer step from the newest checkpoint (stagnation §3, Fig. 3a)" + expected,
                              "flags": step, "new_run": False, "checkpoint": newest})
     else:
@@ -274,6 +279,22 @@ def advise(run, phases, opts):
             remedies.append({"what": "if the score is below what you expect: a larger outer step from the newest checkpoint",
                              "flags": step, "new_run": False, "checkpoint": newest})
     return meaning, with_commands(run, remedies)
+
+
+def switched_step_size(run, phases, last, k):
+    """noisy_sgd's remedy (stagnation Fig. 3b: a curve moves to the new step size's plateau): a new run of the
+    sub-run's step size (its name, eta_<x>) switched to x / k at the gradient step where it first stagnated."""
+    label = run["name"].rsplit("/eta_", 1)[-1] if "/eta_" in run["name"] else ""
+    try:
+        eta = float(label)
+    except ValueError:  # eta_<a>_to_<b>: switched once already (the script switches once), or a name of another kind
+        return [{"what": "a smaller step size", "flags": {}, "new_run": True,
+                 "note": f"{run['name']} is no run of one step size (eta_<x>): the script switches a run's step size once"}]
+    stalled = next((p for p in phases if p.label == "stagnated"), last)
+    return [{"what": "a smaller step size from where it first stagnated (stagnation Fig. 3b: the curve moves to the "
+                     "new step size's plateau), a new run of this step size",
+             "flags": {"--step-sizes": eta, "--switch-step": stalled.steps[0], "--switch-step-size": eta / k},
+             "new_run": True}]
 
 
 def script_iteration(run, i):
@@ -541,12 +562,16 @@ def describe(report):
                      f"{p['steps'][0]:,}-{p['steps'][1]:,}); score {shown}; {evidence}")
     lines.append(f"  -> {report['verdict']}")
     for r in report["remedies"]:
-        lines.append(f"     {r['what']}: " + " ".join(f"{f} {v:g}" if isinstance(v, float) else f"{f} {v}" for f, v in r["flags"].items()))
+        lines.append(f"     {r['what']}: {flags_text(r['flags'])}")
         if r["command"]:
             lines.append(f"       {r['command']}")
         if r.get("note"):
             lines.append(f"       ({r['note']})")
     return "\n".join(lines)
+
+
+def flags_text(flags):
+    return " ".join(f"{f} {v:g}" if isinstance(v, float) else f"{f} {v}" for f, v in flags.items())
 
 
 def follow(opts):
@@ -566,7 +591,8 @@ def follow(opts):
                       f"(since iteration {last.iterations[0]}; score {shown}; {run['step_tag'].split('/')[-1]} "
                       f"{last.evidence[run['step_tag']]:.3g})", flush=True)
                 for remedy in advise(run, phases, opts)[1]:  # what to do about it, as the report gives it
-                    print(f"  {remedy['what']}: {remedy['command'] or remedy.get('note')}", flush=True)
+                    print(f"  {remedy['what']}: {remedy['command'] or flags_text(remedy['flags'])}"
+                          + (f" ({remedy['note']})" if remedy.get("note") else ""), flush=True)
             seen[run["name"]] = last.label
         polls += 1
         if opts.polls and polls >= opts.polls:

@@ -208,12 +208,27 @@ def test_a_run_resumed_from_another_runs_checkpoint_reads_its_checkpoints_in_the
 
 def test_a_score_logged_every_tenth_iteration_is_read_in_windows_that_hold_five(tmp_path):
     """An evaluation's cadence (ppo_kinetix_sfl.py's default score, every --eval-every 10 iterations): windows of 20
-    would hold 2 scores each and read "no score" throughout; they widen to 50 and find the plateau."""
+    would hold 2 scores each and read "no score" throughout; they widen to 47 (the fewest for which every window, the
+    first taking the rest, holds 5 of the 20 scores) and find the plateau."""
     write_run(tmp_path / "run", "stagnated", every=10)
     (report,) = advise.main([str(tmp_path / "run")])
-    assert report["window"] == 50 and report["asked_window"] == 20
+    assert report["window"] == 47 and report["asked_window"] == 20
     assert [p["label"] for p in report["phases"]] == ["improving", "stagnated"], report["phases"]
-    assert "windows of 50 to hold 5 scores each" in advise.describe(report)
+    assert "windows of 47 to hold 5 scores each" in advise.describe(report)
+
+
+def test_windows_widen_until_every_one_holds_five_scores():
+    """A score every iteration at first, then every 15th (episodes that outlast iterations): the fewest iterations a
+    window for which each window holds 5, not the average cadence's."""
+    score = np.full(400, np.nan)
+    score[:100], score[100::15] = 1.0, 1.0
+    opts = advise.build_parser().parse_args(["x"])
+    size = advise.window_of({"score": score}, opts)
+    edges = advise.window_edges(400, size)
+    assert all(np.isfinite(score[a:b]).sum() >= 5 for a, b in zip(edges[:-1], edges[1:]))
+    smaller = advise.window_edges(400, size - 1)
+    assert any(np.isfinite(score[a:b]).sum() < 5 for a, b in zip(smaller[:-1], smaller[1:]))
+    assert advise.window_of({"score": np.ones(400)}, opts) == 20
 
 
 def test_a_run_declining_from_its_start_gets_no_step_advice(tmp_path):
@@ -354,10 +369,13 @@ def test_a_real_noisy_sgd_run_stagnates_at_a_large_step_and_improves_at_a_small_
     assert "improving" in labels and labels.index("improving") < labels.index("stagnated") and labels[-1] == "stagnated"
     stalled = sum(p["iterations"][1] - p["iterations"][0] + 1 for p in large["phases"] if p["label"] == "stagnated")
     assert stalled > 0.8 * 401 and large["step_size"] == "charts/update_norm" and large["script"] == "noisy_sgd"
-    # Fig. 3b's remedy: this step size switched to a quarter of it where the plateau starts (its gradient step)
+    # Fig. 3b's remedy: this step size switched to a quarter of it where it first stagnated (its gradient step)
     (remedy,) = large["remedies"]
-    assert remedy["flags"] == {"--step-sizes": 0.1, "--switch-step": large["phases"][-1]["steps"][0], "--switch-step-size": 0.025}
-    assert refusal(load_script("noisy_sgd"), [x for f, v in remedy["flags"].items() for x in (f, v)]) is None
+    first = next(p for p in large["phases"] if p["label"] == "stagnated")
+    assert remedy["flags"] == {"--step-sizes": 0.1, "--switch-step": first["steps"][0], "--switch-step-size": 0.025}
+    assert 0 < first["steps"][0] < 100
+    flags = ["--num-steps", "400"] + [x for f, v in remedy["flags"].items() for x in (f, v)]
+    assert refusal(load_script("noisy_sgd"), flags) is None
 
 
 def test_claim_2_and_3_runs_read_as_their_docs_describe_them():
