@@ -106,11 +106,12 @@ def window_of(run, opts):
     """opts.window iterations, or the fewest more for which every window holds 5 scores, the fewest a window's slope
     is fitted on, where the score is logged less often (an evaluation every --eval-every iterations; episodes that
     outlast iterations). The whole run where no size does."""
-    scored = np.concatenate([[0], np.cumsum(np.isfinite(run["score"]))])
-    n = len(run["score"])
-    return next((size for size in range(opts.window, n + 1)
-                 if all(scored[b] - scored[a] >= 5 for a, b in zip(window_edges(n, size)[:-1], window_edges(n, size)[1:]))),
-                max(opts.window, n))
+    scored, n = np.concatenate([[0], np.cumsum(np.isfinite(run["score"]))]), len(run["score"])
+    for size in range(opts.window, n + 1):
+        counts = np.diff(scored[window_edges(n, size)])
+        if counts.min() >= 5:
+            return size
+    return max(opts.window, n)
 
 
 def windows_of(run, opts):

@@ -50,16 +50,16 @@ def curves(kind, n=200, seed=0):
 
 
 def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, start=0, stamp=1764300000, seed=1,
-              every=1):
-    """A launcher run directory (command.json) whose TensorBoard run logs the curves of `kind` as the scripts do:
-    every iteration its KL, DDR and entropy; its episodes' returns (three an iteration) inside the iteration, or in
-    every `every`-th iteration only (an evaluation's cadence). `start`, `upto`: the iterations it logs; `stamp`: its
-    name's time stamp (a resumed run writes a new one)."""
+              every=1, argv=ARGV, resolved=FLAGS):
+    """A launcher run directory (command.json: `argv` and --seed, its `resolved` flags) whose TensorBoard run logs the
+    curves of `kind` as the scripts do: every iteration its KL, DDR and entropy; its episodes' returns (three an
+    iteration) inside the iteration, or in every `every`-th iteration only (an evaluation's cadence). `start`, `upto`:
+    the iterations it logs; `stamp`: its name's time stamp (a resumed run writes a new one)."""
     score, kl, entropy = curves(kind)
     tb = run_dir / "runs" / f"CartPole-v1__{script}__{seed}__{stamp}"
     tb.mkdir(parents=True, exist_ok=True)
     (run_dir / "command.json").write_text(json.dumps({"name": run_dir.name, "script": script, "seed": seed,
-                                                      "argv": ARGV + ["--seed", str(seed)], "resolved": FLAGS, "flags": {}}))
+                                                      "argv": argv + ["--seed", str(seed)], "resolved": resolved, "flags": {}}))
     writer = EventFileWriter(str(tb))
     for i in range(start, len(score) if upto is None else upto):
         step = (i + 1) * BATCH
@@ -120,11 +120,8 @@ def test_a_run_that_stalls_with_large_updates_is_stagnated_and_gets_the_papers_r
 def test_a_stagnated_ppo_run_gets_half_its_clip_with_the_ddr_that_quarters_its_kl(tmp_path):
     """Plain PPO (no --ewma-com): the smaller outer step is half --clip-coef, resumed, with DDR x4 (an update's KL at
     the clip grows about as epsilon squared; the epsilon grid's halving cut it 3.6-4.9x)."""
-    write_run(tmp_path / "run", "stagnated")
-    command = json.loads((tmp_path / "run" / "command.json").read_text())
-    command["resolved"]["ewma_com"] = None
-    command["argv"] = [a for i, a in enumerate(command["argv"]) if "--ewma-com" not in command["argv"][max(0, i - 1):i + 1]]
-    (tmp_path / "run" / "command.json").write_text(json.dumps(command))
+    at = ARGV.index("--ewma-com")
+    write_run(tmp_path / "run", "stagnated", argv=ARGV[:at] + ARGV[at + 2:], resolved={**FLAGS, "ewma_com": None})
     (report,) = advise.main([str(tmp_path / "run")])
     step = report["remedies"][1]
     ddr = report["phases"][-1]["evidence"]["charts/ddr"]
@@ -137,15 +134,13 @@ def test_a_stagnated_ppo_run_gets_half_its_clip_with_the_ddr_that_quarters_its_k
 def test_a_torch_ppo_run_gets_commands_its_script_accepts(tmp_path):
     """ppo_atari_envpool.py (.pt checkpoints, plain PPO, 8 envs x 128 steps): the new run at 4x the envs and half its
     clip from its newest checkpoint, each command passing the script's own flag checks."""
-    tb = write_run(tmp_path / "run", "stagnated", script="ppo_atari_envpool")
+    tb = write_run(tmp_path / "run", "stagnated", script="ppo_atari_envpool",
+                   argv=["--env-id", "Breakout-v5", "--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4",
+                         "--total-timesteps", "204800"],
+                   resolved={"num_envs": 8, "num_steps": 128, "num_minibatches": 4, "clip_coef": 0.1, "learning_rate": 0.00025,
+                             "ent_coef": 0.01, "total_timesteps": 204800, "scaling_recipe": "none"})
     for checkpoint in list((tb / "checkpoints").iterdir()):
         checkpoint.rename(checkpoint.with_suffix(".pt"))
-    command = json.loads((tmp_path / "run" / "command.json").read_text())
-    command["argv"] = ["--env-id", "Breakout-v5", "--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4",
-                       "--total-timesteps", "204800", "--seed", "1"]
-    command["resolved"] = {"num_envs": 8, "num_steps": 128, "num_minibatches": 4, "clip_coef": 0.1, "learning_rate": 0.00025,
-                           "ent_coef": 0.01, "total_timesteps": 204800, "scaling_recipe": "none"}
-    (tmp_path / "run" / "command.json").write_text(json.dumps(command))
     (report,) = advise.main([str(tmp_path / "run")])
     scale, step = report["remedies"]
     assert step["flags"] == {"--clip-coef": 0.05} and scale["flags"]["--num-envs"] == 32
@@ -159,10 +154,7 @@ def test_a_torch_ppo_run_gets_commands_its_script_accepts(tmp_path):
 
 
 def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
-    write_run(tmp_path / "run", "stagnated")
-    command = json.loads((tmp_path / "run" / "command.json").read_text())
-    command["resolved"].update(num_envs=8, num_minibatches=32)
-    (tmp_path / "run" / "command.json").write_text(json.dumps(command))
+    write_run(tmp_path / "run", "stagnated", resolved={**FLAGS, "num_envs": 8, "num_minibatches": 32})
     (report,) = advise.main([str(tmp_path / "run")])
     assert report["remedies"][0]["flags"] == {"--num-envs": 32, "--base-num-envs": 8, "--base-num-minibatches": 32,
                                               "--scaling-recipe": "hybrid", "--hybrid-minibatch-factor": 4,
