@@ -20,7 +20,7 @@ window is labelled:
   widened for the residuals' lag-1 autocorrelation, lies above / below zero;
 - otherwise the slope's interval holds zero (flat).
 A window's trend changes the run's only when the next `--patience` - 1 windows agree (chance makes one window in 20
-look improving or declining at the 5% level); a collapse holds at once. A flat window is then **not improving yet**
+look improving or declining at the 5% level); a collapse holds at once, and a run leaving one is flat until a trend agrees. A flat window is then **not improving yet**
 before the run improved; **stagnated** (the paper's plateau: the score stalls while the policy keeps moving) when its
 step is at least `--large-step` of the median step of the windows that improved; else **levelling off** (the updates
 shrank with the score: converged at these settings, or too strongly regularised). Consecutive windows of a label make
@@ -139,7 +139,7 @@ def label_windows(windows, opts):
     improving, declining or flat. A change of trend holds only where the next `--patience` - 1 windows agree (one window
     of a new trend at the 5% level is what chance gives a run once in 20 windows) and the slope over them together
     agrees, the run's first trend included; a collapse, read from entropy and step thresholds against the larger of the
-    first two windows', not a test, holds at once. Then a flat window
+    first two windows', not a test, holds at once, and a window out of it is flat until a trend is agreed. Then a flat window
     is not improving yet before any window improved, else stagnated or levelling off by its step."""
     entropy0 = max((w.entropy for w in windows[:2]), default=np.nan)  # the start: the larger of the first two windows'
     step0 = max(w.step for w in windows[:2])
@@ -157,8 +157,10 @@ def label_windows(windows, opts):
         ahead = raw[i:i + opts.patience]
         agreed = len(ahead) == opts.patience and len(set(ahead)) == 1 and \
             trend_holds(np.concatenate([v.scores for v in windows[i:i + opts.patience]]), raw[i], opts)
-        if raw[i] != current and ("collapsed" in (raw[i], current) or agreed):
+        if raw[i] != current and (raw[i] == "collapsed" or agreed):
             current = raw[i]
+        elif current == "collapsed" and raw[i] != "collapsed":  # out of a collapse, a new trend needs its patience too
+            current = "flat"
         if current == "improving":
             improved_steps.append(w.step)
         if current != "flat":

@@ -40,6 +40,10 @@ def curves(kind, n=200, seed=0):
         score, kl[half:] = rise + noise, 0.002 * rng.uniform(0.9, 1.1, n - half)
     elif kind == "collapsed":
         score, kl[half:], entropy[half:] = rise + noise, 1e-6, 0.01
+    elif kind == "recovered":  # collapsed at iterations 100-159, then a window that rises and one that falls back
+        score, kl[100:160], entropy[100:160] = rise + noise, 1e-6, 0.01
+        score[160:180] += np.linspace(-5, 5, 20)
+        score[180:] -= 5
     elif kind == "improving":
         score = 50 * t / half + noise
     elif kind == "declining":
@@ -178,6 +182,14 @@ def test_a_collapsed_policy_is_not_called_a_plateau(tmp_path):
     # a larger entropy bonus from the newest checkpoint before the collapse (iteration 40 of the run's 40 and 160)
     (remedy,) = report["remedies"]
     assert remedy["flags"] == {"--ent-coef": 0.02} and remedy["command"].split("--resume ")[1].endswith("iter_40.npz")
+
+
+def test_a_run_leaving_a_collapse_needs_two_windows_to_read_improving(tmp_path):
+    """Out of a collapse, a window's rise is a new trend like any other: one window that the next does not confirm
+    leaves the run flat (here stagnated: its KL is back to its improving stretch's), not improving."""
+    report = report_of(tmp_path, "recovered")
+    assert [p["label"] for p in report["phases"]] == ["improving", "collapsed", "stagnated"]
+    assert tuple(report["phases"][-1]["iterations"]) == (161, 200)
 
 
 def test_a_run_resumed_from_another_runs_checkpoint_reads_its_checkpoints_in_the_scripts_count(tmp_path):
