@@ -9,8 +9,8 @@ what the paper would change, as flags. It never changes a run.
     python benchmark/advise.py --simulate                        # the false-alarm rates of the rule below
 
 The rule (stagnation §3-5; every threshold is a flag, its default justified in docs/advise.md). A run's iterations
-are the steps of its per-iteration step-size tag: the KL of the update (`losses/approx_kl`; noisy_sgd: the update
-norm). Its score (`--tag`, else analyze.py's tag for the script) is averaged per iteration. The iterations are cut
+are the steps of its per-iteration step-size tag: the KL of the update (`losses/approx_kl`; pqn_atari, noisy_sgd:
+the update norm). Its score (`--tag`, else analyze.py's tag for the script) is averaged per iteration. The iterations are cut
 into windows of `--window` (the last window ends at the last iteration; wider where the score is logged less often
 than every `--window` / 5 iterations, as an evaluation every --eval-every iterations is: 5 scores a window), and each
 window is labelled:
@@ -20,8 +20,8 @@ window is labelled:
   widened for the residuals' lag-1 autocorrelation, lies above / below zero;
 - otherwise the slope's interval holds zero (flat).
 A window's trend changes the run's only when the next `--patience` - 1 windows agree (chance makes one window in 20
-look improving or declining at the 5% level); a collapse holds at once, and a run leaving one is flat until a trend agrees. A flat window is then **not improving yet**
-before the run improved; **stagnated** (the paper's plateau: the score stalls while the policy keeps moving) when its
+look improving or declining at the 5% level); a collapse holds at once, and a run leaving one is flat until a trend
+agrees. A flat window is then **not improving yet** before the run improved; **stagnated** (the paper's plateau: the score stalls while the policy keeps moving) when its
 step is at least `--large-step` of the median step of the windows that improved; else **levelling off** (the updates
 shrank with the score: converged at these settings, or too strongly regularised). Consecutive windows of a label make
 a phase. The advice reads the last phase: stagnated (or declining with large steps) gives the paper's remedies
@@ -139,8 +139,8 @@ def label_windows(windows, opts):
     improving, declining or flat. A change of trend holds only where the next `--patience` - 1 windows agree (one window
     of a new trend at the 5% level is what chance gives a run once in 20 windows) and the slope over them together
     agrees, the run's first trend included; a collapse, read from entropy and step thresholds against the larger of the
-    first two windows', not a test, holds at once, and a window out of it is flat until a trend is agreed. Then a flat window
-    is not improving yet before any window improved, else stagnated or levelling off by its step."""
+    first two windows', not a test, holds at once, and a window out of it is flat until a trend is agreed. Then a flat
+    window is not improving yet before any window improved, else stagnated or levelling off by its step."""
     entropy0 = max((w.entropy for w in windows[:2]), default=np.nan)  # the start: the larger of the first two windows'
     step0 = max(w.step for w in windows[:2])
     raw = []

@@ -5,7 +5,9 @@ The value-based arm of "The Impact of On-Policy Parallelized Data Collection on 
 layer; epsilon-greedy rollouts from parallel envs; Q(lambda) targets computed backwards over each
 rollout; several epochs of minibatch regression on them. With the same fixed-budget semantics,
 scaling-recipe flags and learning-dynamics metrics (feature rank, dormant neurons, weight norm,
-gradient kurtosis; App. B) as the PPO script, and uint8 rollout storage.
+gradient kurtosis; App. B) as the PPO script, and uint8 rollout storage. The L2 norm of each
+iteration's parameter change (`charts/update_norm`) is the size of its outer step, the stagnation
+paper's measure where a policy has no KL to log (benchmark/advise.py reads it).
 
 Departure from CleanRL's pqn_atari_envpool: Adam, as the data-collection paper's Table 1 says, where
 CleanRL uses RAdam (`--optimizer radam`). Runs survive preemption as ppo_atari_envpool.py's do:
@@ -493,6 +495,7 @@ def main(args):
         b_inds = np.arange(args.batch_size)
         # the minibatches' statistics stay on the device; they are read once per iteration (no per-minibatch sync)
         sums = torch.zeros(3, device=device)  # TD loss, mean Q taken, grad norm
+        before = [p.detach().clone() for p in q_network.parameters()]  # the iteration's step: how far the update moves them
         for epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
@@ -506,8 +509,10 @@ def main(args):
 
         with torch.no_grad():
             finite = torch.stack([torch.isfinite(p).all() for p in q_network.parameters()]).all() & torch.isfinite(sums).all()
-            td_loss, q_mean, grad_norm, finite = torch.cat([sums / (args.update_epochs * args.num_minibatches),
-                                                            finite.float()[None]]).tolist()  # the one sync
+            update_norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p - b) for p, b in
+                                                                zip(q_network.parameters(), before)]))
+            td_loss, q_mean, grad_norm, update_norm, finite = torch.cat([
+                sums / (args.update_epochs * args.num_minibatches), update_norm[None], finite.float()[None]]).tolist()  # the one sync
         if not finite:
             progress.close()
             print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
@@ -519,6 +524,7 @@ def main(args):
         writer.add_scalar("losses/td_loss", td_loss, global_step)
         writer.add_scalar("losses/q_values", q_mean, global_step)
         writer.add_scalar("losses/grad_norm", grad_norm, global_step)
+        writer.add_scalar("charts/update_norm", update_norm, global_step)
         if measure:
             sample = torch.randperm(args.batch_size, device=device)[: args.dynamics_batch]
             metrics = dynamics_metrics(q_network, b_obs[sample], args.dormant_tau)

@@ -54,11 +54,12 @@ def curves(kind, n=200, seed=0):
 
 
 def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, start=0, stamp=1764300000, seed=1,
-              every=1, argv=ARGV, resolved=FLAGS):
+              every=1, argv=ARGV, resolved=FLAGS, step_tag="losses/approx_kl"):
     """A launcher run directory (command.json: `argv` and --seed, its `resolved` flags) whose TensorBoard run logs the
-    curves of `kind` as the scripts do: every iteration its KL, DDR and entropy; its episodes' returns (three an
-    iteration) inside the iteration, or in every `every`-th iteration only (an evaluation's cadence). `start`, `upto`:
-    the iterations it logs; `stamp`: its name's time stamp (a resumed run writes a new one)."""
+    curves of `kind` as the scripts do: every iteration its KL, DDR and entropy (another `step_tag`: that tag alone, as
+    pqn_atari logs its update norm); its episodes' returns (three an iteration) inside the iteration, or in every
+    `every`-th iteration only (an evaluation's cadence). `start`, `upto`: the iterations it logs; `stamp`: its name's
+    time stamp (a resumed run writes a new one)."""
     score, kl, entropy = curves(kind)
     tb = run_dir / "runs" / f"CartPole-v1__{script}__{seed}__{stamp}"
     tb.mkdir(parents=True, exist_ok=True)
@@ -69,7 +70,8 @@ def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, 
         step = (i + 1) * BATCH
         for offset, value in ((-700, score[i] - 1), (-400, score[i] + 1), (-100, score[i])) if (i + 1) % every == 0 else ():
             writer.add_event(scalar("charts/episodic_return", value, step + offset))
-        for tag, value in (("losses/approx_kl", kl[i]), ("charts/ddr", BATCH / kl[i]), ("losses/entropy", entropy[i])):
+        policy = (("charts/ddr", BATCH / kl[i]), ("losses/entropy", entropy[i])) if step_tag == "losses/approx_kl" else ()
+        for tag, value in ((step_tag, kl[i]), *policy):
             writer.add_event(scalar(tag, value, step))
     writer.close()
     if checkpoint:
@@ -155,6 +157,22 @@ def test_a_torch_ppo_run_gets_commands_its_script_accepts(tmp_path):
     at = resume.index("--resume")
     assert resume[at + 1] == str(tb / "checkpoints" / "iter_160.pt")
     assert refusal(module, resume[2:at] + resume[at + 2:]) is None  # (the empty checkpoint file aside)
+
+
+def test_a_pqn_run_is_read_by_its_update_norm_and_gets_4x_the_envs_its_script_accepts(tmp_path):
+    """pqn_atari.py logs no KL: its step is charts/update_norm. Stagnated, it gets the new run at 4x the envs (no clip
+    or COM: no smaller outer step), a command that passes the script's own flag checks."""
+    write_run(tmp_path / "run", "stagnated", script="pqn_atari", step_tag="charts/update_norm",
+              argv=["--env-id", "Breakout-v5", "--num-envs", "8", "--num-steps", "128", "--num-minibatches", "4",
+                    "--total-timesteps", "204800"],
+              resolved={"num_envs": 8, "num_steps": 128, "num_minibatches": 4, "learning_rate": 0.00025,
+                        "total_timesteps": 204800, "scaling_recipe": "none"})
+    (report,) = advise.main([str(tmp_path / "run")])
+    assert report["step_size"] == "charts/update_norm" and report["phases"][-1]["label"] == "stagnated"
+    (scale,) = report["remedies"]
+    assert scale["flags"]["--num-envs"] == 32 and scale["flags"]["--scaling-recipe"] == "more-minibatches"
+    new = shlex.split(scale["command"])
+    assert new[1] == "cleanrl_scale/pqn_atari.py" and refusal(load_script("pqn_atari"), new[2:]) is None
 
 
 def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
