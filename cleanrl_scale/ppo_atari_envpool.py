@@ -265,8 +265,7 @@ def hidden_activations(torso, x):
     acts = []
     for layer in torso:
         x = layer(x)
-        if isinstance(layer, nn.ReLU):
-            acts.append(x)
+        acts += [x] if isinstance(layer, nn.ReLU) else []
     return acts
 
 
@@ -427,14 +426,11 @@ def main(args):
     )
     if args.track:
         import wandb
-
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args),
                    name=run_name, save_code=True)
     writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in
+                                                                               vars(args).items()])))
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -559,10 +555,7 @@ def main(args):
             dones[step] = next_done
             with torch.inference_mode():
                 action, logprob, value, logits = policy(next_obs)
-            values[step] = value
-            actions[step] = action
-            logprobs[step] = logprob
-            behaviour_logits[step] = logits
+            values[step], actions[step], logprobs[step], behaviour_logits[step] = value, action, logprob, logits
 
             next_obs, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
             rewards[step] = torch.as_tensor(reward, device=device)
@@ -591,6 +584,7 @@ def main(args):
         b_inds = np.arange(args.batch_size)
         # the minibatches' statistics stay on the device; they are read once per iteration (no per-minibatch sync)
         clipfrac_sum, grad_norm_sum, minibatch_steps = torch.zeros((), device=device), torch.zeros((), device=device), 0
+        before = {name: p.detach().clone() for name, p in agent.named_parameters()}  # how far the update moves them
         for epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
@@ -623,11 +617,15 @@ def main(args):
             # the parameters, the last minibatch's losses and the updated policy's KL on the batch (a forward pass)
             finite = (torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all()
                       & torch.isfinite(mb_stats).all() & torch.isfinite(kl_sum))
+            moved = {name: torch.linalg.vector_norm(p - before[name]) for name, p in agent.named_parameters()}
+            moved_policy = [norm for name, norm in moved.items() if name.startswith(("network.", "actor."))]  # encoder, head
             read = torch.cat([mb_stats, torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
-                              grad_norm_sum / minibatch_steps, explained_var, finite.float()])]).tolist()  # the one sync
+                              grad_norm_sum / minibatch_steps, explained_var, torch.stack(list(moved.values())).norm(),
+                              torch.stack(moved_policy).norm(), finite.float()])]).tolist()  # the one sync
         # the last minibatch's losses and KL (as CleanRL logs them), then the iteration's batch KL, clip fraction, norm
         logged = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl_last_minibatch", "clipfrac_last_minibatch",
-                           "approx_kl", "clipfrac", "grad_norm", "explained_variance", "finite"), read))
+                           "approx_kl", "clipfrac", "grad_norm", "explained_variance", "update_norm", "update_norm_actor",
+                           "finite"), read))
         if not logged.pop("finite"):
             progress.close()
             print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
@@ -636,6 +634,8 @@ def main(args):
 
         writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
         del logged["clipfrac_last_minibatch"]  # the iteration's mean is logged
+        for chart in ("update_norm", "update_norm_actor"):
+            writer.add_scalar(f"charts/{chart}", logged.pop(chart), global_step)
         for name, value in logged.items():
             writer.add_scalar(f"losses/{name}", value, global_step)
         writer.add_scalar("charts/ddr", args.batch_size / max(logged["approx_kl"], 1e-12), global_step)

@@ -529,14 +529,11 @@ def main(args):
     )
     if args.track:
         import wandb
-
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
                    config=vars(args), name=run_name, save_code=True)
     writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in
+                                                                               vars(args).items()])))
 
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -717,9 +714,7 @@ def main(args):
             with torch.inference_mode():
                 action, logprob, value_ext, value_int, logits = policy(next_obs)
             ext_values[step], int_values[step] = value_ext, value_int
-            actions[step] = action
-            logprobs[step] = logprob
-            behaviour_logits[step] = logits
+            actions[step], logprobs[step], behaviour_logits[step] = action, logprob, logits
 
             next_obs, reward, terminations, truncations, info = envs.step(action.cpu().numpy())
             rewards[step] = torch.as_tensor(reward, device=device)
@@ -763,6 +758,7 @@ def main(args):
         # the minibatches' statistics stay on the device; they are read once per iteration (no per-minibatch sync)
         sums = torch.zeros(3, device=device)  # clipfrac, grad norm, RND loss
         minibatch_steps = 0
+        before = {name: p.detach().clone() for name, p in agent.named_parameters()}  # how far the update moves them
         for epoch in range(args.update_epochs):
             np.random.shuffle(b_inds)
             epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
@@ -795,12 +791,15 @@ def main(args):
             losses = stats[:6]  # the last minibatch's
             finite = (torch.stack([torch.isfinite(p).all() for p in combined_parameters]).all()
                       & torch.isfinite(losses).all() & torch.isfinite(sums).all() & torch.isfinite(kl_sum))
+            moved = {name: torch.linalg.vector_norm(p - before[name]) for name, p in agent.named_parameters()}
+            moved_policy = [norm for name, norm in moved.items() if name.startswith(("network.", "actor."))]  # encoder, head
             read = torch.cat([losses, sums / minibatch_steps, torch.stack([
-                kl_sum / (args.kl_sample or args.batch_size), explained_var, curiosity_rewards.mean(), finite.float()])]).tolist()
+                kl_sum / (args.kl_sample or args.batch_size), explained_var, curiosity_rewards.mean(),
+                torch.stack(list(moved.values())).norm(), torch.stack(moved_policy).norm(), finite.float()])]).tolist()
         # the last minibatch's losses and KL (as CleanRL logs them), the iteration's means, then the batch's KL
         logged = dict(zip(("value_loss", "value_loss_ext", "value_loss_int", "policy_loss", "entropy", "approx_kl_last_minibatch",
                            "clipfrac", "grad_norm", "rnd_loss", "approx_kl", "explained_variance", "intrinsic_reward_mean",
-                           "finite"), read))  # the one sync
+                           "update_norm", "update_norm_actor", "finite"), read))  # the one sync
         if not logged.pop("finite"):
             progress.close()
             print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
@@ -808,7 +807,8 @@ def main(args):
             sys.exit(1)
 
         writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
-        writer.add_scalar("charts/intrinsic_reward_mean", logged.pop("intrinsic_reward_mean"), global_step)
+        for chart in ("intrinsic_reward_mean", "update_norm", "update_norm_actor"):
+            writer.add_scalar(f"charts/{chart}", logged.pop(chart), global_step)
         for name, value in logged.items():
             writer.add_scalar(f"losses/{name}", value, global_step)
         writer.add_scalar("charts/ddr", args.batch_size / max(logged["approx_kl"], 1e-12), global_step)

@@ -13,7 +13,7 @@ from benchmark.common import finish, load_script, read_tensorboard_run, refusal,
 # what the torch PPO scripts (ppo_atari_envpool, ppo_procgen_envpool) log every iteration, and their dynamics/ tags
 PPO_EVERY_ITERATION = ["losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",
                        "losses/value_loss", "losses/policy_loss", "losses/entropy", "charts/ddr", "charts/SPS",
-                       "charts/learning_rate"]
+                       "charts/learning_rate", "charts/update_norm", "charts/update_norm_actor"]
 PPO_DYNAMICS = ["dynamics/feature_rank", "dynamics/dormant_pct", "dynamics/weight_norm", "dynamics/grad_kurtosis",
                 "dynamics/policy_variance", "dynamics/ess_pct"]
 

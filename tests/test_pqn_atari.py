@@ -134,18 +134,7 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
 @shared_runs(minutes=0.5)
 def tiny_run(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("pqn")
-    return (workdir, *run_ok(SCRIPT, TINY + ["--track", "--save-model", "--eval-episodes", "2", "--save-every", "1"], workdir))
-
-
-def test_the_update_norm_is_how_far_an_iteration_moved_the_parameters(tiny_run):
-    """charts/update_norm, the step size benchmark/advise.py reads for PQN: the L2 norm of the parameters' change
-    over an iteration, against the checkpoints of the iterations before and after it (the newest 3 are kept)."""
-    _, run_dir, _, scalars, _ = tiny_run
-    nets = {i: torch.load(run_dir / "checkpoints" / f"iter_{i}.pt", weights_only=False)["q_network"] for i in (2, 3, 4)}
-    for i in (3, 4):
-        change = torch.cat([(nets[i][k] - nets[i - 1][k]).flatten().double() for k in nets[i] if nets[i][k].is_floating_point()])
-        assert change.norm().item() > 0
-        assert scalars["charts/update_norm"][i - 1] == pytest.approx(change.norm().item(), rel=1e-4)  # float32 sums
+    return (workdir, *run_ok(SCRIPT, TINY + ["--track", "--save-model", "--eval-episodes", "2"], workdir))
 
 
 def test_tiny_run_logs_every_tag(tiny_run, pqn):

@@ -42,7 +42,7 @@ ATOL = {"dynamics/dormant_pct": 0.5, "dynamics/dormant_pct_critic": 0.5, "dynami
 # rtol (beside 1e-4) of the whole gradient's norm: at the second iteration it is taken at parameters already apart as
 # above, and a norm sums every entry's difference: pqn_atari's was 20.5609 eager, 20.5585 compiled (1.2e-4; CI, an
 # Intel Xeon), its first iteration's 3.4e-6 apart
-RTOL = {"losses/grad_norm": 1e-3, "charts/update_norm": 1e-3}  # pqn_atari's update norm: the same, a norm of a change
+RTOL = {"losses/grad_norm": 1e-3, "charts/update_norm": 1e-3, "charts/update_norm_actor": 1e-3}  # the update's norms alike
 NETWORKS = {"ppo_atari_envpool": ["agent"], "pqn_atari": ["q_network"], "ppo_rnd": ["agent", "rnd_model"],
             "ppo_procgen_envpool": ["agent"]}  # the networks' keys in a checkpoint
 TIMINGS = ("charts/SPS", "charts/first_iteration_seconds")  # wall times: never the same twice
@@ -108,6 +108,21 @@ def test_same_seed_and_flags_log_the_same_values_on_cpu_and_the_coverage_states_
     assert logged(first_dir) == logged(second_dir)
     assert read_coverage(first_dir.parent.parent)["iteration"].tolist() == [1] * 64 + [2] * 64 + [4] * 64
     assert read_coverage(second_dir.parent.parent) is None
+
+
+def test_the_update_norms_are_how_far_an_iteration_moved_the_parameters(uninterrupted):
+    """charts/update_norm, the outer step's size (stagnation §3; benchmark/advise.py's step for PQN, which has no KL),
+    and for PPO charts/update_norm_actor, the policy's parameters alone (encoder and actor head): the L2 norms of
+    iteration 5's change, against the checkpoints of iterations 4 and 5 (the agent's; RND's predictor not counted)."""
+    script, ((run_dir, scalars), _) = uninterrupted
+    nets = [torch.load(run_dir / "checkpoints" / f"iter_{i}.pt", weights_only=False)[NETWORKS[script][0]] for i in (4, 5)]
+    change = {name: (nets[1][name] - nets[0][name]).double().flatten() for name in nets[1]}
+    norms = {"charts/update_norm": torch.cat(list(change.values())).norm().item()}
+    if script != "pqn_atari":
+        norms["charts/update_norm_actor"] = torch.cat([v for k, v in change.items() if k.startswith(("network.", "actor."))]).norm().item()
+        assert 0 < norms["charts/update_norm_actor"] < norms["charts/update_norm"]
+    for tag, norm in norms.items():
+        assert len(scalars[tag]) == 5 and scalars[tag][-1] == pytest.approx(norm, rel=1e-4)  # float32 sums
 
 
 def test_a_resumed_run_continues_exactly(uninterrupted, tmp_path):
