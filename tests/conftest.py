@@ -42,3 +42,18 @@ def pytest_collection_modifyitems(config, items):
             cost = getattr(defs[-1].func, "shared_runs_minutes", 0)
             minutes[item.path] = max(minutes.get(item.path, 0), cost)
     items.sort(key=lambda item: -minutes[item.path])
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Where the suite's time goes, file by file (pytest.ini's --durations names the slowest tests): the seconds each
+    file's tests took, setup and teardown included, summed over both workers."""
+    seconds = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if hasattr(report, "duration") and hasattr(report, "nodeid"):
+                path = report.nodeid.split("::")[0]
+                seconds[path] = seconds.get(path, 0.0) + report.duration
+    if seconds:
+        terminalreporter.section("seconds per test file")
+        for path, total in sorted(seconds.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{total:8.1f}s {path}")

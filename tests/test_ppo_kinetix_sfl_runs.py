@@ -27,8 +27,27 @@ TRAINING = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses
 UNIFORM_ENTROPY = 4 * np.log(3) + 2 * np.log(2)
 
 
+# XLA's CPU code generation at optimisation level 0: a tiny run compiles in about three quarters of the time (416 s
+# -> 312 s alone on 2 cores), and nothing these tests check (tags, resumption, signals, one device against four, each
+# pair compiled alike) depends on how fast the machine code runs. The cache keeps it apart from the default's programs.
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+TWO_DEVICES = f"{FAST_COMPILE} --xla_force_host_platform_device_count=2"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fast_compile():
+    """Every run of this file (they inherit the environment) compiles with FAST_COMPILE; other files' do not, nor does
+    this worker's own JAX (its backend is started first: XLA reads the flags once)."""
+    import jax
+
+    jax.devices()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XLA_FLAGS", FAST_COMPILE)
+        yield
+
+
 @shared_runs(minutes=20)
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, fast_compile):
     """Two tiny runs started together: compiling is mostly single-threaded and this CPU has 2 cores."""
     configs = {
         "mlp": TINY + ["--eval-every", "2", "--save-every", "1"],
@@ -151,7 +170,7 @@ def test_two_processes_of_two_devices_train_like_one(tiny_run, tmp_path, monkeyp
     jax.distributed over 2 processes (gloo collectives on CPU), task 0 the coordinator; only process 0 writes anything."""
     from benchmark import launch
 
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    monkeypatch.setenv("XLA_FLAGS", TWO_DEVICES)
     counts = launch.main(["--script", SCRIPT, "--out-dir", str(tmp_path), "--slurm", "--slurm-cluster", "local",
                           "--slurm-tasks-per-node", "2", "--slurm-time", "30", "--", *TINY, "--eval-every", "2"])
     (run,) = (tmp_path / "runs").iterdir()
@@ -182,7 +201,7 @@ def test_sigterm_to_one_process_before_the_first_update_stops_both_after_it(tiny
         port = s.getsockname()[1]
     # the two-process run's flags (its programs, from JAX's cache): 3 updates, the signal sent long before the first
     flags = TINY + ["--eval-every", "2", "--distributed", "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2"]
-    env = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = {"XLA_FLAGS": TWO_DEVICES}
     tasks = [start_copy(SCRIPT, flags + ["--process-id", str(i)], tmp_path / f"task{i}", extra_env=env) for i in (0, 1)]
     start = time.time()
     while not handles(tasks[1].pid, signal.SIGTERM):
