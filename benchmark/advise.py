@@ -185,7 +185,8 @@ def phases_of(run, windows, opts):
     """Consecutive windows of one label as phases, each with its slope refitted over the phase and its evidence. A
     flat phase (stagnated, levelling off, not improving yet) whose refitted slope (more scores, a narrower interval)
     lies above zero improved after all, too slowly for its windows to show (docs/advise.md: a rise of 2 noise SDs a window reads as flat half
-    the time), and merges with its improving neighbours."""
+    the time), and merges with its improving neighbours. A phase not improving yet after such a phase is read as a flat
+    window after an improving one is: stagnated or levelling off by its step against the improving phases'."""
     spans, i = [], 0
     while i < len(windows):
         j = i
@@ -195,6 +196,10 @@ def phases_of(run, windows, opts):
         s = slope_interval(run["score"][a:b], opts.level)
         if s and label in ("stagnated", "levelling off", "not improving yet") and s[1] > 0:  # a rise too slow for its windows
             label = "improving"
+        improved = [run["step"][x:y] for x, y, earlier in spans if earlier == "improving"]
+        if label == "not improving yet" and improved:  # it improved before all: a rise only the refit above found
+            big = np.nanmedian(run["step"][a:b]) >= opts.large_step * np.nanmedian(np.concatenate(improved))
+            label = "stagnated" if big else "levelling off"
         if spans and spans[-1][2] == label:
             spans[-1] = (spans[-1][0], b, label)
         else:
