@@ -209,7 +209,7 @@ TINY = ["--num-envs", "8", "--num-steps", "64", "--total-timesteps", "2048", "--
 
 COMBINATIONS = {
     "default+track+save": (["--track", "--save-model", "--eval-episodes", "2"], (4, 128)),
-    "separate-encoders": (["--separate-encoders"], (4, 128)),
+    "separate-encoders": (["--separate-encoders", "--save-every", "1"], (4, 128)),
     "more-minibatches": (["--scaling-recipe", "more-minibatches", "--base-num-envs", "4", "--base-num-minibatches", "2"], (4, 128)),
     "bigger-minibatch": (["--scaling-recipe", "bigger-minibatch", "--base-num-envs", "4", "--base-num-minibatches", "4"], (4, 128)),
     "bigger-minibatch-sqrt-lr": (["--scaling-recipe", "bigger-minibatch-sqrt-lr", "--base-num-envs", "2", "--base-num-minibatches", "8"], (8, 64)),
@@ -248,6 +248,17 @@ def test_tiny_run_logs_every_tag(tiny_run):
     assert len(scalars["dynamics/feature_rank"]) == 3  # iterations 1, 2 and 4 (--dynamics-every 2)
     for tag in expected:
         assert all(np.isfinite(scalars[tag])), tag
+
+
+def test_with_separate_encoders_the_actors_update_norm_leaves_the_critics_encoder_out(tmp_path_factory):
+    """charts/update_norm_actor: the change of the policy's parameters alone (its encoder `network.*` and head
+    `actor.*`), not of the critic's encoder, from the checkpoints of iterations 3 and 4."""
+    *_, run_dir, _, scalars, _ = _tiny_run("separate-encoders", tmp_path_factory)
+    nets = [torch.load(run_dir / "checkpoints" / f"iter_{i}.pt", weights_only=False)["agent"] for i in (3, 4)]
+    change = {k: (nets[1][k] - nets[0][k]).double().flatten() for k in nets[1]}
+    actor = torch.cat([v for k, v in change.items() if k.startswith(("network.", "actor."))]).norm().item()
+    critic_encoder = torch.cat([v for k, v in change.items() if k.startswith("critic_network.")]).norm().item()
+    assert critic_encoder > 0 and scalars["charts/update_norm_actor"][3] == pytest.approx(actor, rel=1e-4)
 
 
 def test_tiny_run_metrics_are_in_range(tiny_run):
