@@ -10,10 +10,10 @@ what the paper would change, as flags. It never changes a run.
 
 The rule (stagnation §3-5; every threshold is a flag, its default justified in docs/advise.md). A run's iterations
 are the steps of its per-iteration step-size tag: the KL of the update (`losses/approx_kl`; pqn_atari, noisy_sgd:
-the update norm). Its score (`--tag`, else analyze.py's tag for the script) is averaged per iteration. The iterations are cut
-into windows of `--window` (the last window ends at the last iteration; wider where the score is logged less often
-than every `--window` / 5 iterations, as an evaluation every --eval-every iterations is: 5 scores a window), and each
-window is labelled:
+the update norm). Its score (`--tag`, else analyze.py's tag for the script) is averaged per iteration. The
+iterations are cut into windows of `--window` (the last window ends at the last iteration; wider where the score is
+logged less often than every `--window` / 5 iterations, as an evaluation every --eval-every iterations is: 5 scores
+a window), and each window is labelled:
 - **collapsed**: the policy's entropy below `--collapse-entropy` of the first window's and the step below
   `--collapse-step` of the first window's (a deterministic policy that no longer moves; not the paper's plateau);
 - **improving** / **declining**: the score's slope, least squares over the window with its interval at `--level`
@@ -21,17 +21,18 @@ window is labelled:
 - otherwise the slope's interval holds zero (flat).
 A window's trend changes the run's only when the next `--patience` - 1 windows agree (chance makes one window in 20
 look improving or declining at the 5% level); a collapse holds at once, and a run leaving one is flat until a trend
-agrees. A flat window is then **not improving yet** before the run improved; **stagnated** (the paper's plateau: the score stalls while the policy keeps moving) when its
-step is at least `--large-step` of the median step of the windows that improved; else **levelling off** (the updates
-shrank with the score: converged at these settings, or too strongly regularised). Consecutive windows of a label make
-a phase. The advice reads the last phase: stagnated (or declining with large steps) gives the paper's remedies
-(§4.4-5): `--num-envs` x `--scale` under `--scaling-recipe more-minibatches` from the run's own minibatches and
-learning rate (hybrid where the minibatches would outnumber the envs) for as many iterations, the DDR that reaches at
-most, and a smaller outer step from the newest checkpoint (`--ewma-com` x `--scale`, or half `--clip-coef`; a packed
-seed's resume is its pack's; for half `--clip-coef`, the DDR about x4 it gives); noisy_sgd, its step size switched
-to 1 / `--scale` of it where it first stagnated (Fig. 3b); levelling off gives the opposite direction; a collapse, a
-larger `--ent-coef` from the checkpoint before it. Windows widen where the score is logged less often than a window
-can fit a slope on (5 scores each). `--follow` prints each phase change with its remedies.
+agrees. A flat window is then **not improving yet** before the run improved; **stagnated** (the paper's plateau: the
+score stalls while the policy keeps moving) when its step is at least `--large-step` of the median step of the
+windows that improved; else **levelling off** (the updates shrank with the score: converged at these settings, or
+too strongly regularised). Consecutive windows of a label make a phase. The advice reads the last phase: stagnated
+(or declining with large steps) gives the paper's remedies (§4.4-5): `--num-envs` x `--scale` under
+`--scaling-recipe more-minibatches` from the run's own minibatches and learning rate (hybrid where the minibatches
+would outnumber the envs) for as many iterations, the DDR that reaches at most, and a smaller outer step from the
+newest checkpoint (`--ewma-com` x `--scale`, or half `--clip-coef`; a packed seed's resume is its pack's; for half
+`--clip-coef`, the DDR about x4 it gives); noisy_sgd, its step size switched to 1 / `--scale` of it where it first
+stagnated (Fig. 3b); levelling off gives the opposite direction; a collapse, a larger `--ent-coef` from the
+checkpoint before it. Windows widen where the score is logged less often than a window can fit a slope on (5 scores
+each). `--follow` prints each phase change with its remedies.
 """
 import argparse
 import json

@@ -120,3 +120,12 @@ def assert_schedule_is_optax(script, args_and_schedule, anneal):
         counts = np.array([0, 1, updates // 2, updates - 1, updates, updates + 5, *rng.integers(0, updates, 5)])
         for rates in (schedule(counts), schedule(counts, script.hyperparameters(args))):
             np.testing.assert_allclose(np.asarray(rates), np.asarray(reference(counts)), rtol=1e-6, atol=1e-12)
+
+
+def checkpoint_change(run_dir, network, first, last):
+    """{parameter name: its change (float64, flat)} of a torch run's `network` between its checkpoints iter_<first>.pt
+    and iter_<last>.pt: what the update norms it logs are taken over."""
+    import torch
+
+    nets = [torch.load(Path(run_dir) / "checkpoints" / f"iter_{i}.pt", weights_only=False)[network] for i in (first, last)]
+    return {name: (nets[1][name] - nets[0][name]).double().flatten() for name in nets[1]}

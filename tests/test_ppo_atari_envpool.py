@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 from helpers import PPO_DYNAMICS as DYNAMICS, PPO_EVERY_ITERATION as EVERY_ITERATION
-from helpers import assert_bad_input, assert_refused, load_script, read_values, reference_gae, run_copy, run_dirs
+from helpers import assert_bad_input, assert_refused, checkpoint_change, load_script, read_values, reference_gae, run_copy, run_dirs
 
 SCRIPT = "ppo_atari_envpool"
 
@@ -254,8 +254,7 @@ def test_with_separate_encoders_the_actors_update_norm_leaves_the_critics_encode
     """charts/update_norm_actor: the change of the policy's parameters alone (its encoder `network.*` and head
     `actor.*`), not of the critic's encoder, from the checkpoints of iterations 3 and 4."""
     *_, run_dir, _, scalars, _ = _tiny_run("separate-encoders", tmp_path_factory)
-    nets = [torch.load(run_dir / "checkpoints" / f"iter_{i}.pt", weights_only=False)["agent"] for i in (3, 4)]
-    change = {k: (nets[1][k] - nets[0][k]).double().flatten() for k in nets[1]}
+    change = checkpoint_change(run_dir, "agent", 3, 4)
     actor = torch.cat([v for k, v in change.items() if k.startswith(("network.", "actor."))]).norm().item()
     critic_encoder = torch.cat([v for k, v in change.items() if k.startswith("critic_network.")]).norm().item()
     assert critic_encoder > 0 and scalars["charts/update_norm_actor"][3] == pytest.approx(actor, rel=1e-4)

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from benchmark.coverage_metric import read_coverage
-from helpers import (assert_refused, finish, load_script, read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs,
-                      start_copy, wait_for_file)
+from helpers import (assert_refused, checkpoint_change, finish, load_script, read_tensorboard_run, read_values, run_copy,
+                     run_dirs, shared_runs, start_copy, wait_for_file)
 
 SMALL = ["--num-envs", "4", "--num-steps", "32", "--dynamics-batch", "64"]
 SCRIPTS = {
@@ -115,8 +115,7 @@ def test_the_update_norms_are_how_far_an_iteration_moved_the_parameters(uninterr
     and for PPO charts/update_norm_actor, the policy's parameters alone (encoder and actor head): the L2 norms of
     iteration 5's change, against the checkpoints of iterations 4 and 5 (the agent's; RND's predictor not counted)."""
     script, ((run_dir, scalars), _) = uninterrupted
-    nets = [torch.load(run_dir / "checkpoints" / f"iter_{i}.pt", weights_only=False)[NETWORKS[script][0]] for i in (4, 5)]
-    change = {name: (nets[1][name] - nets[0][name]).double().flatten() for name in nets[1]}
+    change = checkpoint_change(run_dir, NETWORKS[script][0], 4, 5)
     norms = {"charts/update_norm": torch.cat(list(change.values())).norm().item()}
     if script != "pqn_atari":
         norms["charts/update_norm_actor"] = torch.cat([v for k, v in change.items() if k.startswith(("network.", "actor."))]).norm().item()
