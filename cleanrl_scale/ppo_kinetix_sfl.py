@@ -41,6 +41,7 @@ import numpy as np
 import optax
 import tyro
 from flax.linen.initializers import constant, orthogonal
+from flax.traverse_util import flatten_dict
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -359,6 +360,18 @@ class ActorCriticTransformer(nn.Module):
         dones = jnp.zeros((1, jax.tree.leaves(obs)[0].shape[0]))
         _, pi, value = net(None, (timestep, dones))
         return jnp.concatenate([d.logits for d in pi.distributions], axis=-1)[0], value[0]
+
+
+def actor_part(params, model, num_layers):
+    """The parameters the policy's logits depend on, flat (charts/update_norm_actor): the actor MLP's; for the transformer
+    every parameter but the critic's tower and head, the shared entity encoders and transformer included (Kinetix's
+    GeneralActorCriticRNN builds the actor's num_layers layers, then the critic's; its Dense_0 is the actor's head,
+    Dense_1 the critic's)."""
+    flat = flatten_dict(params["params"])
+    if model == "mlp":
+        return {k: v for k, v in flat.items() if k[0] == "MLP_0"}
+    critic = {f"DenseAndActivation_{i}" for i in range(num_layers, 2 * num_layers)} | {"Dense_1"}
+    return {k: v for k, v in flat.items() if not (k[1] == "GeneralActorCriticRNN_0" and k[2] in critic)}
 
 
 def action_layout(action_dims):
@@ -747,6 +760,7 @@ def make_train(args, env):
         chunks = jax.tree.map(lambda x: x.reshape((args.num_minibatches, local_mb) + x.shape[2:]), (traj.obs, traj.behav_logp))
         kl_sums = jax.lax.map(lambda c: kl_divergence(c[1], policy_and_value(params, c[0])[0]).sum(), chunks)
         pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac, grad_norm = jax.tree.map(jnp.mean, losses)
+        diff = jax.tree.map(lambda a, b: a - b, params, shared.params)  # the outer step (stagnation §3)
         done, ret_sum, solved = jax.tree.map(lambda x: jax.lax.psum(x.sum(), "d"), stats)
         metrics = {
             "losses/policy_loss": pg_loss,
@@ -756,6 +770,8 @@ def make_train(args, env):
             "losses/imp_samp_clipfrac": imp_samp_clipfrac,
             "losses/grad_norm": grad_norm,
             "losses/approx_kl": jax.lax.psum(kl_sums.sum(), "d") / args.batch_size,
+            "charts/update_norm": optax.global_norm(diff),
+            "charts/update_norm_actor": optax.global_norm(actor_part(diff, args.model, args.num_layers)),
             "episodes": done,
             "episode_return_sum": ret_sum,
             "episodes_solved": solved,
@@ -859,7 +875,11 @@ def main(args, stop):
     def evaluation_set():
         """--num-eval-levels random levels drawn once with --eval-levels-seed (the same for every --seed, as
         Kinetix's PRNGKey(100) set), then the hand-designed levels' names and levels; every process draws it alike."""
-        sampled = jax.jit(env.sample_levels, static_argnums=1)(jax.random.PRNGKey(args.eval_levels_seed), args.num_eval_levels)
+        # drawn under the training programs' shard_map: Kinetix's sampler is traced there already (a plain jit traced
+        # it again, ~50 s on a CPU); with replicated specs every device draws the same levels from the same key
+        draw = jax.shard_map(lambda key: env.sample_levels(key, args.num_eval_levels), mesh=mesh, in_specs=P(), out_specs=P(),
+                             check_vma=False)
+        sampled = jax.jit(draw)(replicate(jax.random.PRNGKey(args.eval_levels_seed)))
         names, handmade = env.handmade()
         return names, replicate(jax.tree.map(lambda a, b: np.concatenate([np.asarray(a), np.asarray(b)]), jax.device_get(sampled), handmade))
 

@@ -14,6 +14,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmark.common import load_script  # noqa: E402
+from helpers import FAST_COMPILE  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +32,26 @@ def jax_compilation_cache(tmp_path_factory):
         (root / "jax_cache").mkdir(exist_ok=True)
         os.environ["JAX_COMPILATION_CACHE_DIR"] = str(root / "jax_cache")
         os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(16 * 2**30)
+
+
+@pytest.fixture(scope="module")
+def fast_compile():
+    """The runs a module's tests start (they inherit the environment) compile with XLA's CPU code generation at
+    optimisation level 0 (helpers.FAST_COMPILE): for a file whose checks do not depend on how fast the machine code
+    runs, and whose compared runs compile alike. This worker's own JAX keeps the default (its backend is started first:
+    XLA reads the flags once); the persistent cache keeps the two kinds of program apart."""
+    import jax
+
+    jax.devices()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XLA_FLAGS", FAST_COMPILE)
+        yield
+
+
+@pytest.fixture
+def default_compile(monkeypatch):
+    """XLA's default code again for one test of such a module: a time limit, or a signal timed against the compute."""
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -39,6 +39,11 @@ def assert_bad_input(result, workdir, text):
     assert not (Path(workdir) / "runs").exists() and not (Path(workdir) / "wandb").exists()
 
 
+# XLA's CPU code generation at optimisation level 0 (conftest.py's fast_compile): a tiny run compiles in a half to three
+# quarters of the time on 2 cores, and then runs slower
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+
+
 def shared_runs(minutes, **kwargs):
     """A module fixture that trains: real runs that several tests of its file then read. pytest.ini runs the suite
     on 2 pytest-xdist workers, a test file at a time on one worker (--dist loadfile: a module's runs happen once);

@@ -159,6 +159,26 @@ def test_a_torch_ppo_run_gets_commands_its_script_accepts(tmp_path):
     assert refusal(module, resume[2:at] + resume[at + 2:]) is None  # (the empty checkpoint file aside)
 
 
+def test_an_sfl_run_gets_commands_its_script_accepts(tmp_path):
+    """ppo_kinetix_sfl.py (.npz checkpoints, 256 envs x 64 steps, 32 minibatches): the new run at 4x the envs with more
+    minibatches, and half its clip from its newest checkpoint, each passing the script's own flag checks."""
+    write_run(tmp_path / "run", "stagnated", script="ppo_kinetix_sfl",
+              argv=["--env-size", "s", "--model", "mlp", "--num-envs", "256", "--num-steps", "64", "--num-minibatches", "32",
+                    "--total-timesteps", "3276800"],
+              resolved={"num_envs": 256, "num_steps": 64, "num_minibatches": 32, "clip_coef": 0.2, "learning_rate": 0.0001,
+                        "ent_coef": 0.01, "total_timesteps": 3276800, "scaling_recipe": "none"})
+    (report,) = advise.main([str(tmp_path / "run")])
+    scale, step = report["remedies"]
+    assert scale["flags"]["--num-envs"] == 1024 and scale["flags"]["--scaling-recipe"] == "more-minibatches"
+    assert step["flags"] == {"--clip-coef": 0.1} and step["command"].endswith("/checkpoints/iter_160.npz")
+    module = load_script("ppo_kinetix_sfl")
+    for command in (scale["command"], step["command"]):
+        argv = shlex.split(command)
+        assert argv[1] == "cleanrl_scale/ppo_kinetix_sfl.py"
+        at = argv.index("--resume") if "--resume" in argv else len(argv)
+        assert refusal(module, argv[2:at] + argv[at + 2:], num_devices=1) is None  # (the empty checkpoint file aside)
+
+
 def test_a_pqn_run_is_read_by_its_update_norm_and_gets_4x_the_envs_its_script_accepts(tmp_path):
     """pqn_atari.py logs no KL: its step is charts/update_norm. Stagnated, it gets the new run at 4x the envs (no clip
     or COM: no smaller outer step), a command that passes the script's own flag checks."""

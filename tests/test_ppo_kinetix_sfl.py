@@ -374,3 +374,25 @@ def test_the_example_observation_is_a_sampled_levels(sfl, model):
     key = jax.random.PRNGKey(0)
     sampled = jax.eval_shape(lambda: env.reset(key, jax.tree.map(lambda x: x[0], env.sample_levels(key, 1)))[0])
     assert sampled == env.example_obs
+
+
+@pytest.mark.parametrize("model, num_layers", [("mlp", 5), ("transformer", 5), ("transformer", 2)])
+def test_the_actors_update_norm_covers_what_the_policy_depends_on(sfl, model, num_layers):
+    """charts/update_norm_actor's parameters (actor_part, by name): each one the logits' gradient reaches, or none of the
+    two heads' gradients does (an entity encoder of a kind the empty level lacks); left out, only those the value's
+    gradient alone reaches (the critic's tower and head). Gradients at initial parameters on Kinetix's empty level."""
+    from flax.traverse_util import flatten_dict
+    from kinetix.environment.utils import create_empty_env, static_env_params_from_size
+
+    args = sfl.resolve_args(sfl.Args(env_size="s", model=model, num_layers=num_layers, num_envs=8, sfl_num_candidates=8,
+                                     sfl_buffer_size=4, filter_levels=False), num_devices=1)
+    env = sfl.make_env(args)
+    obs = jax.tree.map(lambda x: x[None], env.reset(jax.random.PRNGKey(0), create_empty_env(static_env_params_from_size("s")))[0])
+    network = (sfl.ActorCriticMLP if model == "mlp" else sfl.ActorCriticTransformer)(env.action_dims, args.hidden_size, num_layers)
+    params = network.init(jax.random.PRNGKey(1), obs)
+    reached = [{k for k, g in flatten_dict(jax.grad(lambda p: network.apply(p, obs)[head].sum())(params)["params"]).items()
+                if np.any(np.asarray(g) != 0)} for head in (0, 1)]
+    actor = set(sfl.actor_part(params, model, num_layers))
+    everything = set(flatten_dict(params["params"]))
+    assert reached[0] <= actor and not (actor - reached[0]) & reached[1]
+    assert everything - actor == reached[1] - reached[0] and everything - actor  # the critic's own, some of them

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import (assert_refused, finish, finish_ok, load_script, read_values, run_dirs, run_ok, shared_runs,
-                      start_copy, wait_for_file)
+from helpers import (FAST_COMPILE, assert_refused, finish, finish_ok, load_script, read_values, run_dirs, run_ok,
+                     shared_runs, start_copy, wait_for_file)
 
 SCRIPT = "ppo_kinetix_sfl"
 # M = 2T minibatches (envs dealt into 2 groups), Kinetix's level filter in pools of 1 (4 devices hold 1 fresh level each)
@@ -20,30 +20,18 @@ TINY = ["--model", "mlp", "--env-size", "s", "--num-envs", "8", "--num-steps", "
         "--sfl-rollout-length", "16", "--num-eval-levels", "8", "--eval-num-attempts", "2", "--level-filter-pool", "1",
         "--total-timesteps", "384"]
 EVERY_UPDATE = ["losses/approx_kl", "charts/ddr", "losses/policy_loss", "losses/value_loss", "losses/entropy",
-                "losses/clipfrac", "losses/imp_samp_clipfrac", "losses/grad_norm", "charts/SPS", "charts/learning_rate",
-                "charts/train_seconds"]
+                "losses/clipfrac", "losses/imp_samp_clipfrac", "losses/grad_norm", "charts/update_norm",
+                "charts/update_norm_actor", "charts/SPS", "charts/learning_rate", "charts/train_seconds"]
 TRAINING = ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/grad_norm", "charts/episodic_return"]
 # size s: 4 motors of 3 categories and 2 thrusters of 2; a fresh policy (output scale 0.01) is near uniform
 UNIFORM_ENTROPY = 4 * np.log(3) + 2 * np.log(2)
 
 
-# XLA's CPU code generation at optimisation level 0: a tiny run compiles in about three quarters of the time (416 s
-# -> 312 s alone on 2 cores), and nothing these tests check (tags, resumption, signals, one device against four, each
-# pair compiled alike) depends on how fast the machine code runs. The cache keeps it apart from the default's programs.
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-TWO_DEVICES = f"{FAST_COMPILE} --xla_force_host_platform_device_count=2"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def fast_compile():
-    """Every run of this file (they inherit the environment) compiles with FAST_COMPILE; other files' do not, nor does
-    this worker's own JAX (its backend is started first: XLA reads the flags once)."""
-    import jax
-
-    jax.devices()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XLA_FLAGS", FAST_COMPILE)
-        yield
+# Every run of this file compiles at XLA's optimisation level 0 (conftest.py's fast_compile): nothing these tests check
+# (tags, resumption, signals, one device against four, each pair compiled alike) depends on how fast the code runs.
+# Each of 2 processes has 2 forced host devices
+TWO_PROCESSES = {"XLA_FLAGS": f"{FAST_COMPILE} --xla_force_host_platform_device_count=2"}
+pytestmark = pytest.mark.usefixtures("fast_compile")
 
 
 @shared_runs(minutes=20)
@@ -80,12 +68,42 @@ def assert_logs_every_tag(result, scalars, model):
     np.testing.assert_allclose(np.mean([scalars[t] for t in handmade], axis=0), scalars["eval/solve_rate_handmade"], rtol=1e-6)
     np.testing.assert_allclose(scalars["charts/ddr"], [128 / kl for kl in scalars["losses/approx_kl"]], rtol=1e-4)
     np.testing.assert_allclose(scalars["losses/entropy"][0], UNIFORM_ENTROPY, atol=2e-3)
+    assert all(0 < a < b for a, b in zip(scalars["charts/update_norm_actor"], scalars["charts/update_norm"]))  # no critic
 
 
 def test_tiny_mlp_run_logs_every_tag(tiny_run):
     _, result, scalars, _ = tiny_run
     assert_logs_every_tag(result, scalars, "mlp")
     assert len(scalars["eval/solve_rate_sampled"]) == 2  # after updates 2 and 3
+
+
+def test_the_update_norms_are_how_far_an_update_moved_the_parameters(tiny_run):
+    """charts/update_norm, the outer step's size (stagnation §3), and charts/update_norm_actor, the actor MLP's alone, of
+    update 3 against the checkpoints of updates 2 and 3, whose first leaves are the actor MLP's (MLP_0) then the
+    critic's, a bias and a kernel a layer."""
+    run_dir, _, scalars, _ = tiny_run
+    (meta, before), (_, after) = (load_script(SCRIPT).read_checkpoint(run_dir / "checkpoints" / f"iter_{i}.npz") for i in (2, 3))
+    per_mlp = 2 * (meta["args"]["num_layers"] + 1)
+    assert after[per_mlp - 1].shape == (128, 16) and after[2 * per_mlp - 1].shape == (128, 1)  # the two heads' kernels
+    change = [np.asarray(b, np.float64) - a for a, b in zip(before[: 2 * per_mlp], after)]
+    norm = lambda leaves: np.sqrt(sum((c**2).sum() for c in leaves))
+    assert scalars["charts/update_norm"][-1] == pytest.approx(norm(change), rel=1e-4)  # float32 sums
+    assert scalars["charts/update_norm_actor"][-1] == pytest.approx(norm(change[:per_mlp]), rel=1e-4)
+
+
+def test_the_advisor_reads_a_real_run(tiny_run):
+    """benchmark/advise.py on the tiny run's own TensorBoard run: the script from its name, the step size its KL, the
+    score the sampled evaluation's solve rate (analyze.py's tag for the script; 2 evaluations, too few for a slope), the
+    actor's update norm among the evidence (the phase's median)."""
+    from benchmark import advise
+
+    run_dir, _, scalars, _ = tiny_run
+    (report,) = advise.main([str(run_dir)])
+    assert (report["script"], report["step_size"], report["score"], report["iterations"]) == \
+        ("ppo_kinetix_sfl", "losses/approx_kl", "eval/solve_rate_sampled", 3)
+    (phase,) = report["phases"]
+    assert phase["label"] == "not improving yet" and phase["slope_per_million"] is None and not report["remedies"]
+    assert phase["evidence"]["charts/update_norm_actor"] == pytest.approx(np.median(scalars["charts/update_norm_actor"]))
 
 
 def test_tiny_transformer_run_logs_every_tag_and_tracks_to_wandb(runs):
@@ -170,7 +188,8 @@ def test_two_processes_of_two_devices_train_like_one(tiny_run, tmp_path, monkeyp
     jax.distributed over 2 processes (gloo collectives on CPU), task 0 the coordinator; only process 0 writes anything."""
     from benchmark import launch
 
-    monkeypatch.setenv("XLA_FLAGS", TWO_DEVICES)
+    for name, value in TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
     counts = launch.main(["--script", SCRIPT, "--out-dir", str(tmp_path), "--slurm", "--slurm-cluster", "local",
                           "--slurm-tasks-per-node", "2", "--slurm-time", "30", "--", *TINY, "--eval-every", "2"])
     (run,) = (tmp_path / "runs").iterdir()
@@ -201,8 +220,7 @@ def test_sigterm_to_one_process_before_the_first_update_stops_both_after_it(tiny
         port = s.getsockname()[1]
     # the two-process run's flags (its programs, from JAX's cache): 3 updates, the signal sent long before the first
     flags = TINY + ["--eval-every", "2", "--distributed", "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2"]
-    env = {"XLA_FLAGS": TWO_DEVICES}
-    tasks = [start_copy(SCRIPT, flags + ["--process-id", str(i)], tmp_path / f"task{i}", extra_env=env) for i in (0, 1)]
+    tasks = [start_copy(SCRIPT, flags + ["--process-id", str(i)], tmp_path / f"task{i}", extra_env=TWO_PROCESSES) for i in (0, 1)]
     start = time.time()
     while not handles(tasks[1].pid, signal.SIGTERM):
         assert tasks[1].poll() is None and time.time() - start < 300, "task 1 installed no SIGTERM handler"
