@@ -25,6 +25,8 @@ from benchmark.common import read_only
 from helpers import shared_runs
 
 ROOT = Path(__file__).resolve().parents[1]
+# the JAX runs compile at XLA's optimisation level 0 (conftest.py): slower code only leaves more time between checkpoints
+pytestmark = pytest.mark.usefixtures("fast_compile")
 RUNNERS = ROOT / "benchmark" / "runners"
 # enough steps per env for a few full games of Breakout
 ATARI = ["--script", "ppo_atari_envpool", "--env-ids", "Breakout-v5", "--seeds", "1", "2", "--fixed-budget", "--total-timesteps", "4096"]

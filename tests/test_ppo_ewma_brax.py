@@ -13,6 +13,8 @@ from helpers import (assert_bad_input, assert_coverage, assert_refused, load_scr
                      shared_runs)
 
 SCRIPT = "ppo_ewma_brax"
+# its runs compile at XLA's optimisation level 0 (conftest.py), but the one that learns (default_compile)
+pytestmark = pytest.mark.usefixtures("fast_compile")
 # Brax's Ant (27 numbers observed, 8 motors), PureJaxRL's recipe at 16 envs x 10 steps, 4 minibatches; 4 iterations
 TINY_ANT = ["--env-id", "ant", "--num-envs", "16", "--num-minibatches", "4", "--total-timesteps", "640",
             "--dynamics-every", "2", "--dynamics-batch", "64"]
@@ -221,7 +223,7 @@ def test_bad_input_exits_2_with_one_line_before_compute(tmp_path):
 
 # ---- real Brax runs ----------------------------------------------------------------------------------
 @shared_runs(minutes=2)
-def ant_run(tmp_path_factory):
+def ant_run(tmp_path_factory, fast_compile):
     """PPO-EWMA on Brax's Ant from a lone copy: 4 iterations of 16 envs x 10 steps, a checkpoint every 2."""
     workdir = tmp_path_factory.mktemp("ant")
     result = run_copy(SCRIPT, TINY_ANT + ["--ewma-com", "4", "--save-every", "2"], workdir, timeout=900)
@@ -289,6 +291,7 @@ def test_an_update_that_does_not_move_the_policy_has_zero_kl(ewma):
     np.testing.assert_allclose(metrics["losses/entropy"][0], 0.5 * (1 + np.log(2 * np.pi)), rtol=1e-5)  # 1 dimension
 
 
+@pytest.mark.usefixtures("default_compile")
 def test_inverted_pendulum_learns(tmp_path):
     """PureJaxRL's recipe at 64 envs: the pole is held for most of its 1000 steps within 200k steps."""
     result = run_copy(SCRIPT, ["--env-id", "inverted_pendulum", "--num-envs", "64", "--total-timesteps", "200000",

@@ -22,6 +22,8 @@ from helpers import (assert_bad_input, assert_coverage, assert_refused, assert_s
                      read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
 
 SCRIPT = "ppo_ewma_jax"
+# its runs compile at XLA's optimisation level 0 (conftest.py), but for those timed (default_compile)
+pytestmark = pytest.mark.usefixtures("fast_compile")
 ROOT = Path(__file__).resolve().parents[1]
 # a tiny locomotion config: size s, few morphologies, envs and steps; 4 iterations, checkpoints at 2 and 4
 TINY_LOCOMOTION = ["--env-size", "s", "--num-morphologies", "8", "--num-envs", "8", "--num-steps", "16",
@@ -539,7 +541,7 @@ def run_script(args, workdir):
 
 
 @shared_runs(minutes=1)
-def cartpole_tracked(tmp_path_factory):
+def cartpole_tracked(tmp_path_factory, fast_compile):
     """A tiny CartPole run with wandb (offline) and a checkpoint after each of its 2 iterations."""
     workdir = tmp_path_factory.mktemp("cartpole_ckpt")
     result = run_script(["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
@@ -646,7 +648,7 @@ SEEDS = ["--env-id", "CartPole-v1", "--num-envs", "8", "--num-steps", "32", "--n
 
 
 @shared_runs(minutes=1)
-def seed_runs(tmp_path_factory):
+def seed_runs(tmp_path_factory, fast_compile):
     workdir = tmp_path_factory.mktemp("seeds")
     for name, flags in (("three", ["--seed", "2", "--num-seeds", "3"]), ("lone", ["--seed", "3"])):
         result = run_script(SEEDS + flags, workdir / name)
@@ -799,6 +801,7 @@ def test_the_stop_handler_of_the_jax_scripts_while_training(script, signals, abo
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGUSR1, 75), (signal.SIGINT, 130)])
+@pytest.mark.usefixtures("default_compile")
 def test_a_signal_stops_at_a_call_boundary_with_a_checkpoint_that_resumes(tmp_path, signum, status):
     """Slurm's pre-timeout signal (exit 75: requeue) or a first Ctrl-C (exit 130), sent while a real run trains (calls of
     5 iterations: --save-every 5): a checkpoint of the call's last iteration, one line naming it; it resumes."""
@@ -821,6 +824,7 @@ def test_a_signal_stops_at_a_call_boundary_with_a_checkpoint_that_resumes(tmp_pa
 
 
 @pytest.mark.parametrize("signals", [[signal.SIGINT] * 2, [signal.SIGTERM] + [signal.SIGINT] * 2], ids=["ctrl-c", "sigterm"])
+@pytest.mark.usefixtures("default_compile")
 def test_a_second_ctrl_c_aborts_the_running_call(tmp_path, signals):
     """Calls of 400 iterations (a second or more): two Ctrl-C during one call, alone or after a SIGTERM, end the run
     before the call does, with no new checkpoint and a line naming the last one (JAX's wait for a result lets Python's
@@ -836,6 +840,7 @@ def test_a_second_ctrl_c_aborts_the_running_call(tmp_path, signals):
     assert [p.name for p in checkpoint.parent.iterdir()] == ["iter_400.npz"]
 
 
+@pytest.mark.usefixtures("default_compile")
 def test_a_raised_fuse_iterations_still_stops_within_seconds_of_a_signal(tmp_path, ewma):
     """--fuse-iterations 20000, the whole run one program (a minute or more of calls on this CPU): a call still takes
     only the iterations that fit CALL_SECONDS, so training logs while it runs (one call would log only at the end) and a
@@ -855,6 +860,7 @@ def test_a_raised_fuse_iterations_still_stops_within_seconds_of_a_signal(tmp_pat
     assert (took := time.time() - signalled) < 4 * ewma.CALL_SECONDS + 40, f"stopped {took:.0f} s after the signal"
 
 
+@pytest.mark.usefixtures("default_compile")
 def test_a_signal_while_compiling_exits_at_once_without_waiting_for_xla(tmp_path):
     """SIGTERM before the first call (the update still compiling on its thread, no cache): exit 75 within seconds, one
     line, no checkpoint; the process does not wait for XLA to finish."""
@@ -874,6 +880,7 @@ def best_10_iteration_return(workdir):
     return np.convolve(returns, np.ones(10) / 10, mode="valid").max()
 
 
+@pytest.mark.usefixtures("default_compile")
 def test_ppo_cartpole_learns_to_400_in_under_3_minutes_of_2_cores(tmp_path):
     """The budget is CPU time (user + system of the run), 2 cores x 3 minutes: unlike wall time, it does not grow
     when other jobs share the machine."""
@@ -886,6 +893,7 @@ def test_ppo_cartpole_learns_to_400_in_under_3_minutes_of_2_cores(tmp_path):
     assert cpu < 2 * 180, f"took {cpu:.0f} CPU seconds"
 
 
+@pytest.mark.usefixtures("default_compile")
 def test_ppo_ewma_learns_at_table_2_structure_with_a_com_near_ppos_lag(tmp_path):
     """Table 2's 8 epochs x 32 minibatches (256 minibatch steps per iteration, PPO's proximal policy lags
     127.5 on average) with COM 128, on CartPole (8 envs x 256 steps, Table 2's lr, gamma and lambda). It learns: a
@@ -900,7 +908,7 @@ def test_ppo_ewma_learns_at_table_2_structure_with_a_com_near_ppos_lag(tmp_path)
 
 
 @shared_runs(minutes=2)
-def locomotion_run(tmp_path_factory):
+def locomotion_run(tmp_path_factory, fast_compile):
     """PPO-EWMA on tiny locomotion from a copy of the script: 4 iterations, evaluation and checkpoints every 2."""
     workdir = tmp_path_factory.mktemp("locomotion")
     result = run_script(TINY_LOCOMOTION + ["--ewma-com", "2", "--eval-every", "2", "--save-every", "2"], workdir)
