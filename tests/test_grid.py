@@ -25,7 +25,7 @@ from benchmark.common import read_only
 from helpers import shared_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-# the JAX runs compile at XLA's optimisation level 0 (conftest.py): slower code only leaves more time between checkpoints
+# the JAX runs compile at XLA's optimisation level 0 (conftest.py), but those under a time limit (default_compile)
 pytestmark = pytest.mark.usefixtures("fast_compile")
 RUNNERS = ROOT / "benchmark" / "runners"
 # enough steps per env for a few full games of Breakout
@@ -385,6 +385,7 @@ def assert_resumed(run_dir, iterations=300):
     assert list(steps) == sorted(set(steps)) and steps[-1] == iterations * 128  # every iteration once, to the end
 
 
+@pytest.mark.usefixtures("default_compile")  # a time limit on the whole run
 def test_a_killed_run_resumes_from_its_checkpoint_on_retry(tmp_path):
     argv = [*CARTPOLE, *LONG, "--retries", "1", "--out-dir", str(tmp_path), *CARTPOLE_FLAGS]
     launcher = subprocess.Popen([sys.executable, str(ROOT / "benchmark" / "launch.py"), *argv], stdout=subprocess.PIPE,
@@ -424,6 +425,7 @@ def test_ctrl_c_at_the_launcher_stops_its_run_with_a_checkpoint_and_the_next_lau
 
 @pytest.mark.parametrize("script, long, flags", [(CARTPOLE, LONG, CARTPOLE_FLAGS), (BREAKOUT, BREAKOUT_LONG, BREAKOUT_FLAGS)],
                          ids=["jax", "torch"])
+@pytest.mark.usefixtures("default_compile")  # a time limit on the whole run
 def test_slurm_preemption_requeues_and_resumes_through_submitit(tmp_path, script, long, flags):
     """The signal Slurm sends a task before a timeout or preemption (USR2, submitit's), sent to a real submitit task:
     it stops the run and requeues itself, and the requeued task resumes from the run's newest checkpoint (the
