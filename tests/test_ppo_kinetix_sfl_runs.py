@@ -29,8 +29,7 @@ UNIFORM_ENTROPY = 4 * np.log(3) + 2 * np.log(2)
 
 # Every run of this file compiles at XLA's optimisation level 0 (conftest.py's fast_compile): nothing these tests check
 # (tags, resumption, signals, one device against four, each pair compiled alike) depends on how fast the code runs.
-# Each of 2 processes has 2 forced host devices
-TWO_PROCESSES = {"XLA_FLAGS": f"{FAST_COMPILE} --xla_force_host_platform_device_count=2"}
+TWO_DEVICES = f"{FAST_COMPILE} --xla_force_host_platform_device_count=2"  # each of 2 processes
 pytestmark = pytest.mark.usefixtures("fast_compile")
 
 
@@ -188,8 +187,7 @@ def test_two_processes_of_two_devices_train_like_one(tiny_run, tmp_path, monkeyp
     jax.distributed over 2 processes (gloo collectives on CPU), task 0 the coordinator; only process 0 writes anything."""
     from benchmark import launch
 
-    for name, value in TWO_PROCESSES.items():
-        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("XLA_FLAGS", TWO_DEVICES)
     counts = launch.main(["--script", SCRIPT, "--out-dir", str(tmp_path), "--slurm", "--slurm-cluster", "local",
                           "--slurm-tasks-per-node", "2", "--slurm-time", "30", "--", *TINY, "--eval-every", "2"])
     (run,) = (tmp_path / "runs").iterdir()
@@ -220,7 +218,8 @@ def test_sigterm_to_one_process_before_the_first_update_stops_both_after_it(tiny
         port = s.getsockname()[1]
     # the two-process run's flags (its programs, from JAX's cache): 3 updates, the signal sent long before the first
     flags = TINY + ["--eval-every", "2", "--distributed", "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2"]
-    tasks = [start_copy(SCRIPT, flags + ["--process-id", str(i)], tmp_path / f"task{i}", extra_env=TWO_PROCESSES) for i in (0, 1)]
+    env = {"XLA_FLAGS": TWO_DEVICES}
+    tasks = [start_copy(SCRIPT, flags + ["--process-id", str(i)], tmp_path / f"task{i}", extra_env=env) for i in (0, 1)]
     start = time.time()
     while not handles(tasks[1].pid, signal.SIGTERM):
         assert tasks[1].poll() is None and time.time() - start < 300, "task 1 installed no SIGTERM handler"
