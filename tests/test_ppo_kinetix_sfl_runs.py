@@ -15,8 +15,8 @@ from helpers import (FAST_COMPILE, assert_refused, finish, finish_ok, load_scrip
 
 SCRIPT = "ppo_kinetix_sfl"
 # M = 2T minibatches (envs dealt into 2 groups); random levels unfiltered: the mlp runs (one device and four, resumed,
-# signalled) draw them without Kinetix's level filter, whose trace and code took a quarter of a tiny run (a cold run
-# alone: 286 s filtered, 218 s not; from the cache 159 s and 115 s). The transformer run draws them filtered, and
+# signalled) draw them without Kinetix's level filter (2x candidates, 64 no-op physics steps: more to trace and compile
+# in every process that runs them). The transformer run draws them filtered, and
 # tests/test_ppo_kinetix_sfl.py compares the filter with Kinetix's key for key; the draw's split over devices (levels
 # keyed by their index, in pools) is the same code either way.
 TINY = ["--model", "mlp", "--env-size", "s", "--num-envs", "8", "--num-steps", "16", "--num-minibatches", "32",
