@@ -1,5 +1,6 @@
 """Test fixtures, the suite's threads and order; the helpers tests share live in tests/helpers.py."""
 import os
+import resource
 import sys
 from pathlib import Path
 
@@ -65,16 +66,45 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -minutes[item.path])
 
 
+def cpu_seconds():
+    """User and system CPU seconds of this process (all its threads) and of the children it has waited for (and
+    theirs: a launcher's runs)."""
+    return sum(getattr(resource.getrusage(who), field) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for field in ("ru_utime", "ru_stime"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Each test's CPU seconds, its fixtures' set-up and teardown included, on its report: on 2 busy cores a test's
+    wall time says as much about what ran beside it as about itself (a child still running at the test's end counts
+    for the test that waits for it)."""
+    if call.when == "setup":
+        item.cpu_start = cpu_seconds()
+    outcome = yield
+    if call.when == "teardown" and hasattr(item, "cpu_start"):
+        outcome.get_result().user_properties.append(("cpu_seconds", cpu_seconds() - item.cpu_start))
+
+
 def pytest_terminal_summary(terminalreporter):
-    """Where the suite's time goes, file by file (pytest.ini's --durations names the slowest tests): the seconds each
-    file's tests took, setup and teardown included, summed over both workers."""
-    seconds = {}
+    """Where the suite's time goes, file by file (pytest.ini's --durations names the slowest tests in wall time): the
+    seconds each file's tests took, setup and teardown included, summed over both workers, and the CPU seconds they
+    used; then the tests that used the most CPU."""
+    seconds, cpu, tests = {}, {}, {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             if hasattr(report, "duration") and hasattr(report, "nodeid"):
                 path = report.nodeid.split("::")[0]
                 seconds[path] = seconds.get(path, 0.0) + report.duration
+                for name, value in getattr(report, "user_properties", ()):
+                    if name == "cpu_seconds":
+                        cpu[path] = cpu.get(path, 0.0) + value
+                        tests[report.nodeid] = value
     if seconds:
-        terminalreporter.section("seconds per test file")
+        terminalreporter.section("seconds per test file (wall, CPU)")
         for path, total in sorted(seconds.items(), key=lambda item: -item[1]):
-            terminalreporter.write_line(f"{total:8.1f}s {path}")
+            terminalreporter.write_line(f"{total:8.1f}s {cpu.get(path, 0.0):8.1f}s {path}")
+        terminalreporter.write_line(f"{sum(seconds.values()):8.1f}s {sum(cpu.values()):8.1f}s in all")
+    if tests:
+        terminalreporter.section("most CPU seconds")
+        for nodeid, value in sorted(tests.items(), key=lambda item: -item[1])[:30]:
+            terminalreporter.write_line(f"{value:8.1f}s {nodeid}")

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import (FAST_COMPILE, assert_refused, finish, finish_ok, load_script, read_values, run_dirs, run_ok,
-                     shared_runs, start_copy, wait_for_file)
+from helpers import (FAST_COMPILE, assert_refused, finish, finish_ok, load_script, read_tensorboard_run, read_values,
+                     run_dirs, shared_runs, start_copy, wait_for_file)
 
 SCRIPT = "ppo_kinetix_sfl"
 # M = 2T minibatches (envs dealt into 2 groups); random levels unfiltered: the mlp runs (one device and four, resumed,
@@ -120,17 +120,41 @@ def test_tiny_transformer_run_logs_every_tag_and_tracks_to_wandb(runs):
     assert len(list((workdir / "wandb").glob("offline-run-*/run-*.wandb"))) == 1
 
 
-def test_resume_continues_exactly(tiny_run, tmp_path):
-    run_dir, _, first, _ = tiny_run
+def test_a_resumed_run_continues_exactly_and_a_ctrl_c_stops_it_after_the_running_update(tiny_run, tmp_path):
+    """Resumed from the tiny run's checkpoint of update 1 with a longer budget (the learning rate is constant: the
+    budget changes nothing an update computes; the programs are the tiny run's, from JAX's cache): every tag of
+    updates 2 and 3 has the tiny run's values at the same steps, and the training clock (Fig. 16b's x) goes on from
+    the checkpoint's. Then a first Ctrl-C (exit 130): a checkpoint of the update it stopped after, one line naming it.
+    A launcher's SIGTERM (exit 75: requeue) takes the same path: the two-process test below sends it; SIGUSR1 takes
+    SIGTERM's path (tests/test_ppo_ewma_jax.py checks both scripts' handler)."""
+    run_dir, _, _, _ = tiny_run
     checkpoint = run_dir / "checkpoints" / "iter_1.npz"
-    _, result, resumed, _ = run_ok(SCRIPT, TINY + ["--eval-every", "2", "--resume", checkpoint], tmp_path, timeout=1800)
-    assert "resuming" in result.stdout
-    assert resumed["losses/policy_loss"] and len(resumed["losses/policy_loss"]) == 2  # updates 2 and 3
-    for tag, values in resumed.items():
-        if tag not in ("charts/SPS", "charts/train_seconds"):
-            np.testing.assert_allclose(values, first[tag][-len(values):], rtol=1e-6, atol=1e-9, err_msg=tag)
-    # the training clock (Fig. 16b's x) goes on from the checkpoint's
-    assert resumed["charts/train_seconds"][0] > load_script(SCRIPT).read_checkpoint(checkpoint)[0]["train_seconds"] > 0
+    process = start_copy(SCRIPT, TINY[:-1] + [str(128 * 1000), "--eval-every", "2", "--save-every", "1", "--resume", checkpoint],
+                         tmp_path)
+    wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_3.npz", timeout=1800)
+    process.send_signal(signal.SIGINT)
+    result = finish(process, 600)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert "resuming" in result.stdout and "Traceback" not in result.stderr
+    (resumed_dir,) = run_dirs(tmp_path)
+    first, _ = read_tensorboard_run(run_dir)
+    resumed, _ = read_tensorboard_run(resumed_dir)
+    assert [e.step for e in resumed["losses/policy_loss"]][:2] == [256, 384]  # updates 2 and 3, then on
+    for tag, events in first.items():
+        expected = {e.step: e.value for e in events if e.step > 128}
+        if tag in ("charts/SPS", "charts/train_seconds") or not expected:
+            continue
+        got = {e.step: e.value for e in resumed[tag] if e.step in expected}
+        # the tiny run evaluated after its last update (3) too, the longer one evaluates after update 4
+        assert set(got) == set(expected) - ({384} if tag.startswith("eval") else set()), tag
+        np.testing.assert_allclose([got[s] for s in sorted(got)], [expected[s] for s in sorted(got)], rtol=1e-6, atol=1e-9,
+                                   err_msg=tag)
+    assert resumed["charts/train_seconds"][0].value > load_script(SCRIPT).read_checkpoint(checkpoint)[0]["train_seconds"] > 0
+    saved = sorted(int(p.stem[5:]) for p in resumed_dir.glob("checkpoints/iter_*.npz"))
+    last = saved[-1]
+    assert 3 < last < 1000 and saved == [last - 2, last - 1, last]  # the newest 3 kept (--keep-checkpoints' default)
+    assert (f"stopped by signal {int(signal.SIGINT)} after update {last}; resume with "
+            f"--resume runs/{resumed_dir.name}/checkpoints/iter_{last}.npz") in result.stdout
 
 
 @pytest.mark.parametrize("argv, text", [
@@ -141,24 +165,6 @@ def test_resume_refuses_another_network_or_a_finished_run(tiny_run, argv, text):
     """The flag checks read the checkpoint (in this process; the exit-2 subprocess: tests/test_scripts_refuse.py)."""
     checkpoint = tiny_run[0] / "checkpoints" / "iter_1.npz"
     assert_refused(load_script(SCRIPT), TINY + ["--resume", checkpoint] + argv, text)
-
-
-def test_ctrl_c_stops_after_the_running_update_with_a_checkpoint(tiny_run, tmp_path):
-    """A first Ctrl-C (exit 130) once the run trains (its first checkpoint written; the programs are the tiny run's,
-    from JAX's cache): a checkpoint of the update it stopped after, one line naming it. A launcher's SIGTERM (exit 75:
-    requeue) takes the same path: the two-process test below sends it; SIGUSR1 takes SIGTERM's path
-    (tests/test_ppo_ewma_jax.py checks both scripts' handler)."""
-    signum, status = signal.SIGINT, 130
-    process = start_copy(SCRIPT, TINY[:-1] + [str(128 * 1000), "--save-every", "1"], tmp_path)
-    wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_1.npz", timeout=1800)
-    process.send_signal(signum)
-    result = finish(process, 600)
-    assert result.returncode == status, result.stderr[-3000:]
-    saved = sorted(int(p.stem[5:]) for p in run_dirs(tmp_path)[0].glob("checkpoints/iter_*.npz"))
-    last = saved[-1]
-    assert 1 < last < 1000 and "Traceback" not in result.stderr
-    assert saved == list(range(max(1, last - 2), last + 1))  # the newest 3 kept (--keep-checkpoints' default)
-    assert f"stopped by signal {int(signum)} after update {last}; resume with --resume runs/{run_dirs(tmp_path)[0].name}/checkpoints/iter_{last}.npz" in result.stdout
 
 
 def test_a_signal_while_compiling_exits_at_once_without_waiting_for_xla(tmp_path, capfd):

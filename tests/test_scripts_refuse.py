@@ -1,16 +1,14 @@
 """Every script, as a user runs a copy of it: a run name that would leave runs/, a runs/ that is a file, a working
 directory that cannot be written and a computed field set as a flag are refused before any compute (exit 2, one line
-naming the rule, nothing written). The rules that resolve_args checks are tested in this process; a copy of each
-script run as a subprocess checks the exit-2 contract."""
+naming the rule, nothing written). The rules are tested in this process (resolve_args, check_runs_directory); a copy
+of each script run as a subprocess, with a file named runs, checks the exit-2 contract."""
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from benchmark.common import SCRIPTS as SCRIPT_DIR
 from benchmark.common import load_script, read_only
-from helpers import assert_bad_input, assert_refused, refusal, run_copy
+from helpers import assert_refused, refusal, run_copy
 
 SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl",
            "noisy_sgd"]
@@ -27,7 +25,7 @@ def test_a_file_named_runs_is_refused(script, tmp_path):
     result = run_copy(script, [], tmp_path, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and f"{Path(tmp_path, 'runs')} is not a directory" in lines[0], result.stderr[-3000:]
+    assert len(lines) == 1 and f"{script}.py: error: {Path(tmp_path, 'runs')} is not a directory" in lines[0], result.stderr[-3000:]
     assert (tmp_path / "runs").read_text() == "notes" and not (tmp_path / "wandb").exists()
 
 
@@ -48,12 +46,16 @@ def test_a_budget_past_the_int64_step_count_is_refused(script):
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_an_unwritable_working_directory_is_refused(script, tmp_path):
-    """A directory the user cannot write (a read-only mount for root, whom permissions do not stop)."""
-    shutil.copy(SCRIPT_DIR / f"{script}.py", tmp_path)  # the copy, put there while the directory can be written
-    with read_only(tmp_path):
-        result = run_copy(script, [], tmp_path, timeout=300)
-    assert_bad_input(result, tmp_path, f"cannot write {tmp_path / 'runs'}: start the run from a directory you can write")
+def test_an_unwritable_working_directory_is_refused(script, tmp_path, monkeypatch):
+    """A directory the user cannot write (a read-only mount for root, whom permissions do not stop): the check the
+    script makes before any compute, in this process (the exit-2 subprocess: a file named runs, above)."""
+    module = load_script(script)
+    with read_only(tmp_path), monkeypatch.context() as inside:
+        inside.chdir(tmp_path)  # and out again before the mount goes
+        with pytest.raises(module.BadFlag) as refused:
+            module.check_runs_directory()
+    assert str(refused.value) == f"cannot write {tmp_path / 'runs'}: start the run from a directory you can write"
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "noisy_sgd"])
@@ -91,10 +93,7 @@ def test_resume_of_another_scripts_checkpoint_names_it(script, written_by, tmp_p
     meta = {"args": {"a_flag_of_no_script_here": 1}} if written_by == "older" else {"args": {}, "script": f"{other}.py"}
     write_checkpoint(path, meta)
     name = "another script" if written_by == "older" else f"{other}.py"
-    message = f"--resume {path} is a checkpoint of {name}, not of {script}.py"
-    if written_by == "older":  # the same check in this process
-        return assert_refused(load_script(script), ["--resume", path], message)
-    assert_bad_input(run_copy(script, ["--resume", str(path)], tmp_path, timeout=300), tmp_path, message)
+    assert_refused(load_script(script), ["--resume", path], f"--resume {path} is a checkpoint of {name}, not of {script}.py")
 
 
 @pytest.mark.parametrize("script, flags", [
