@@ -73,13 +73,18 @@ def cpu_seconds():
                for field in ("ru_utime", "ru_stime"))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Where a test's CPU seconds start: before its fixtures are set up (a module's shared runs count for the first
+    test that asks for them)."""
+    item.cpu_start = cpu_seconds()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """Each test's CPU seconds, its fixtures' set-up and teardown included, on its report: on 2 busy cores a test's
     wall time says as much about what ran beside it as about itself (a child still running at the test's end counts
     for the test that waits for it)."""
-    if call.when == "setup":
-        item.cpu_start = cpu_seconds()
     outcome = yield
     if call.when == "teardown" and hasattr(item, "cpu_start"):
         outcome.get_result().user_properties.append(("cpu_seconds", cpu_seconds() - item.cpu_start))
