@@ -125,8 +125,8 @@ def test_a_resumed_run_continues_exactly_and_a_ctrl_c_stops_it_after_the_running
     budget changes nothing an update computes; the programs are the tiny run's, from JAX's cache): every tag of
     updates 2 and 3 has the tiny run's values at the same steps, and the training clock (Fig. 16b's x) goes on from
     the checkpoint's. Then a first Ctrl-C (exit 130): a checkpoint of the update it stopped after, one line naming it.
-    A launcher's SIGTERM (exit 75: requeue) takes the same path: the two-process test below sends it; SIGUSR1 takes
-    SIGTERM's path (tests/test_ppo_ewma_jax.py checks both scripts' handler)."""
+    A launcher's SIGTERM (exit 75: requeue) takes the same path: the test of a SIGTERM to one of two processes below
+    sends it; SIGUSR1 takes SIGTERM's path (tests/test_ppo_ewma_jax.py checks every JAX script's handler)."""
     run_dir, _, _, _ = tiny_run
     checkpoint = run_dir / "checkpoints" / "iter_1.npz"
     process = start_copy(SCRIPT, TINY[:-1] + [str(128 * 1000), "--eval-every", "2", "--save-every", "1", "--resume", checkpoint],

@@ -55,7 +55,6 @@ def test_an_unwritable_working_directory_is_refused(script, tmp_path, monkeypatc
         with pytest.raises(module.BadFlag) as refused:
             module.check_runs_directory()
     assert str(refused.value) == f"cannot write {tmp_path / 'runs'}: start the run from a directory you can write"
-    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "noisy_sgd"])
