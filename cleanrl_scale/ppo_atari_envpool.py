@@ -159,10 +159,8 @@ RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqr
 
 
 def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
-    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
-
-    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
-    """
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
+    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
     if base_num_envs <= 0 or base_num_minibatches <= 0:
         raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
     if (base_num_envs * num_steps) % base_num_minibatches:
@@ -183,10 +181,8 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
         raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
     mb_size = size_factor * base_mb_size
     if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
-        raise BadFlag(
-            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
-            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
-        )
+        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
     return int(minibatches), int(mb_size), lr0 * lr_factor
 
 
@@ -272,16 +268,10 @@ def hidden_activations(torso, x):
 # Loss: GAE and PPO's clipped objective
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     """GAE(lambda) over a rollout of shape (num_steps, num_envs); dones[t] marks obs[t] as a new episode."""
-    advantages = torch.zeros_like(rewards)
-    lastgaelam = 0
-    num_steps = rewards.shape[0]
+    advantages, lastgaelam, num_steps = torch.zeros_like(rewards), 0, rewards.shape[0]
     for t in reversed(range(num_steps)):
-        if t == num_steps - 1:
-            nextnonterminal = 1.0 - next_done
-            nextvalues = next_value
-        else:
-            nextnonterminal = 1.0 - dones[t + 1]
-            nextvalues = values[t + 1]
+        nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+        nextvalues = next_value if t == num_steps - 1 else values[t + 1]
         delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
         advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
     return advantages, advantages + values
@@ -307,7 +297,6 @@ def ppo_loss(agent, args, obs, actions, logprobs, advantages, returns, values):
         v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
     else:
         v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     with torch.no_grad():
@@ -332,14 +321,11 @@ def feature_rank(features, threshold=0.99):
 
 
 def dormant_percentage(activations, tau):
-    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers.
-
-    Each activation is (batch, units) or (batch, channels, height, width); a conv channel is one neuron.
-    """
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers; an activation
+    is (batch, units) or (batch, channels, height, width), a conv channel one neuron."""
     dormant, total = 0, 0
     for h in activations:
-        score = h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()
-        score = score.mean(dim=0)
+        score = (h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()).mean(dim=0)
         score = score / (score.mean() + 1e-9)
         dormant += int((score <= tau).sum().item())
         total += score.numel()
@@ -422,8 +408,7 @@ def main(args):
         + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
            "(envpool's emulator state is not saved)" if checkpoint else "")
         + (f"; flags changed since the checkpoint: {', '.join(changed_flags(args, checkpoint))}"
-           if checkpoint and changed_flags(args, checkpoint) else "")
-    )
+           if checkpoint and changed_flags(args, checkpoint) else ""))
     if args.track:
         import wandb
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args),
@@ -452,20 +437,16 @@ def main(args):
     fused = {} if compiled else {"fused": True}  # eager: one kernel for all parameters (a CPU's default loops)
     optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=args.cudagraphs and not args.compile, **fused)
 
-    # rollout storage; observations stay uint8 and are converted per minibatch. With channels_last networks they are
-    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy);
-    # allocated in that layout (a copy into it would hold the buffer twice: the peak of a 1024 x 128 batch)
+    # rollout storage; observations stay uint8, converted per minibatch. For channels_last networks they are allocated
+    # channels innermost: a minibatch gathered from them is in the network's layout (no copy, no second buffer)
     shape = (args.num_steps, args.num_envs) + envs.observation_space.shape
     if device.type == "cpu":
         obs = torch.zeros(shape[:2] + shape[3:] + shape[2:3], dtype=torch.uint8).permute(0, 1, 4, 2, 3)
     else:
         obs = torch.zeros(shape, dtype=torch.uint8, device=device)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    logprobs, rewards, dones, values = (torch.zeros((args.num_steps, args.num_envs), device=device) for _ in range(4))
     behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
-    values = torch.zeros((args.num_steps, args.num_envs), device=device)
     episode_returns = np.zeros(args.num_envs)
     recent_returns = deque(maxlen=20)
 
@@ -485,8 +466,7 @@ def main(args):
     last_checkpoint = args.resume
     chunk = args.grad_accum_size or args.minibatch_size
 
-    def policy(x):
-        """The rollout's forward pass: action, its log-probability, the value and the logits."""
+    def policy(x):  # the rollout's forward pass
         action, logprob, _, value, logits = agent.get_action_and_value(x)
         return action, logprob, value.flatten(), logits
 
@@ -574,11 +554,8 @@ def main(args):
             advantages, returns = gae(next_obs, next_done, rewards, values, dones)
 
         b_obs = obs.reshape((-1,) + envs.observation_space.shape)
-        b_logprobs = logprobs.reshape(-1)
-        b_actions = actions.reshape(-1)
-        b_advantages = advantages.reshape(-1)
-        b_returns = returns.reshape(-1)
-        b_values = values.reshape(-1)
+        b_logprobs, b_actions, b_advantages, b_returns, b_values = (
+            x.reshape(-1) for x in (logprobs, actions, advantages, returns, values))
 
         measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
         b_inds = np.arange(args.batch_size)
@@ -619,11 +596,11 @@ def main(args):
                       & torch.isfinite(mb_stats).all() & torch.isfinite(kl_sum))
             moved = {name: torch.linalg.vector_norm(p - before[name]) for name, p in agent.named_parameters()}
             moved_policy = [norm for name, norm in moved.items() if name.startswith(("network.", "actor."))]  # encoder, head
-            read = torch.cat([mb_stats, torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
+            read = torch.cat([mb_stats[:4], torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
                               grad_norm_sum / minibatch_steps, explained_var, torch.stack(list(moved.values())).norm(),
                               torch.stack(moved_policy).norm(), finite.float()])]).tolist()  # the one sync
         # the last minibatch's losses and KL (as CleanRL logs them), then the iteration's batch KL, clip fraction, norm
-        logged = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl_last_minibatch", "clipfrac_last_minibatch",
+        logged = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl_last_minibatch",
                            "approx_kl", "clipfrac", "grad_norm", "explained_variance", "update_norm", "update_norm_actor",
                            "finite"), read))
         if not logged.pop("finite"):
@@ -633,7 +610,6 @@ def main(args):
             sys.exit(1)
 
         writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
-        del logged["clipfrac_last_minibatch"]  # the iteration's mean is logged
         for chart in ("update_norm", "update_norm_actor"):
             writer.add_scalar(f"charts/{chart}", logged.pop(chart), global_step)
         for name, value in logged.items():
@@ -712,25 +688,22 @@ def resolve_args(args):
             raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
     if not 0 <= args.seed < 2**31:
         raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
-        if getattr(args, flag) <= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size", "ent_coef",
-                 "vf_coef", "kl_sample", "save_every", "keep_checkpoints", "reset_envs_at", "coverage_every"):
-        if getattr(args, flag) < 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
-        if not getattr(args, flag) > 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for rule, holds, flags in (
+        ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch",
+                                               "eval_episodes", "learning_rate", "clip_coef", "max_grad_norm")),
+        ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size",
+                                            "ent_coef", "vf_coef", "kl_sample", "save_every", "keep_checkpoints", "reset_envs_at",
+                                            "coverage_every")),
+        ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda"))):
+        for flag in flags:
+            if not holds(getattr(args, flag)):
+                raise BadFlag(f"--{flag.replace('_', '-')} {rule} (got {getattr(args, flag)})")
     if args.target_kl is not None and not args.target_kl > 0:
         raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
     if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
         raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
     if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
         raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
-    for flag in ("gamma", "gae_lambda"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
     if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
         raise BadFlag(f"--env-id must be an envpool Atari id such as Breakout-v5 (got {args.env_id!r})")
     args.batch_size = args.num_envs * args.num_steps
@@ -738,9 +711,8 @@ def resolve_args(args):
         if args.num_minibatches is not None or args.minibatch_size:
             raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
         args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
-            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
-            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
-        )
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate, args.base_num_envs,
+            args.base_num_minibatches, args.hybrid_minibatch_factor)
     elif args.minibatch_size:
         if args.batch_size % args.minibatch_size:
             raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
@@ -778,15 +750,15 @@ def resolve_args(args):
     if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
         args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
     if args.resume is not None:
-        check_resume(args, load_checkpoint(args.resume))
+        load_checkpoint(args.resume, args)
     return args
 
 
 CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "separate_encoders")  # the network, the storage and the episode counters
 
 
-def load_checkpoint(path):
-    """The dict `save_checkpoint` wrote, or BadFlag."""
+def load_checkpoint(path, args=None):
+    """The dict `save_checkpoint` wrote, or BadFlag; with `args`, BadFlag too unless this run may continue from it."""
     if not os.path.isfile(path):
         raise BadFlag(f"--resume {path}: no such file")
     try:
@@ -798,17 +770,16 @@ def load_checkpoint(path):
         raise BadFlag(f"--resume {path} is a checkpoint of {state['script']}, not of {this}")
     if not isinstance(state, dict) or not {"agent", "optimizer", "rng", "iteration", "global_step", "args"} <= set(state):
         raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
-    return state
-
-
-def check_resume(args, state):
-    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key, of another script
-        raise BadFlag(f"--resume {args.resume} is a checkpoint of another script, not of {os.path.basename(__file__)}")
+    if args is None:  # main's read, after resolve_args checked it
+        return state
+    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key
+        raise BadFlag(f"--resume {path} is a checkpoint of another script, not of {this}")
     for flag in CHECKPOINT_MUST_MATCH:
         if state["args"].get(flag) != getattr(args, flag):
-            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
+            raise BadFlag(f"--resume {path} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
     if state["iteration"] >= args.num_iterations:
-        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+        raise BadFlag(f"--resume {path} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+    return state
 
 
 NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
@@ -824,13 +795,11 @@ def changed_flags(args, state):
 
 def save_checkpoint(path, agent, optimizer, iteration, global_step, recent_returns, args):
     """Everything a run needs to continue exactly, but the emulators: written to a temporary name, then renamed."""
-    state = {
-        "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
-        "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
-        "script": os.path.basename(__file__),
-        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
-    }
+    state = {"agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
+             "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
+             "script": os.path.basename(__file__),
+             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.save(state, f"{path}.tmp")
     os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
@@ -853,8 +822,7 @@ def restore_rng(rng):
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
-# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
-# analyze.py --coverage
+# Coverage (data-collection App. B.7): states of the dynamics/ sample, projected by benchmark/analyze.py --coverage
 def coverage_dtype(feature_dim):
     """One saved state: when, the newest 84x84 frame averaged over 4x4 blocks, and the penultimate features."""
     return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
@@ -877,11 +845,9 @@ def append_coverage(run_dir, records):
     header = os.path.join(run_dir, "coverage.json")
     if not os.path.exists(header):
         with open(header, "w") as f:
-            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
-                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
-                                 for name in records.dtype.names],
-                       "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks",
-                       "features": "the actor torso's last ReLU"}, f)
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7", "dtype": [
+                [name, records.dtype[name].base.str, list(records.dtype[name].shape)] for name in records.dtype.names],
+                "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks", "features": "the actor torso's last ReLU"}, f)
     with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
         f.write(records.tobytes())
 

@@ -1,25 +1,15 @@
 """PPO on Procgen (envpool), instrumented for the study of parallel data collection (data-collection paper §6.2, Fig. 7).
 
-CleanRL's ppo_procgen (Huang et al., 2022; IMPALA CNN of Espeholt et al., 2018) on envpool's Procgen
-(`StarpilotEasy-v0`, ...: the distribution mode is part of the id) with the data-collection paper's Table 1 Procgen
-column (Adam eps 1e-5, lr 5e-4, widths 16/32/32, dense 256, gamma 0.999, rewards divided by a running std of discounted
-returns and clipped to [-10, 10]) and CleanRL's remaining defaults. As ppo_atari_envpool.py: a fixed budget of
-environment steps (data-collection §4.2), the scaling recipes of "Preventing Learning Stagnation in PPO by Scaling to
-1 Million Parallel Environments" (§5, App. D), the data-collection paper's dynamics/ metrics (App. B) and the
-Data-to-Divergence Ratio (stagnation §4.4), shared or separate encoders (data-collection §5.2), uint8 rollout storage,
-and runs that survive preemption (--save-every / --resume; SIGTERM or SIGUSR1 checkpoint and exit 75; a loss or
-parameter that is not finite stops the run naming the last good checkpoint; a resumed run starts fresh episodes).
-The reward normaliser's running variance is checkpointed; its per-env discounted returns restart at 0 with the fresh
-episodes. Training on --num-levels levels from --start-level (0: the full distribution, as CleanRL and the paper),
-evaluated every --eval-every iterations on levels of the full distribution drawn by a seed of their own (Cobbe et
-al., 2020's test protocol).
+CleanRL's ppo_procgen (IMPALA CNN) on envpool's Procgen (`StarpilotEasy-v0`: the distribution mode is part of the id)
+with the data-collection paper's Table 1 Procgen column and CleanRL's remaining defaults; everything ppo_atari_envpool.py
+has (fixed step budget, scaling recipes of the stagnation paper §5 / App. D, dynamics/ metrics of App. B, exact KL and
+DDR of stagnation §4.4, separate encoders, uint8 storage, checkpoints, --resume, signals, the NaN stop, --compile).
+Trains on --num-levels levels from --start-level (0: the full distribution) and evaluates every --eval-every iterations
+on held-out levels drawn by a seed of their own (Cobbe et al., 2020). Docs: docs/ppo_procgen_envpool.md.
 
-Departures from CleanRL's ppo_procgen: envpool in place of procgen's gym3 vector env (the same games, observations
-channel-first). envpool resets an env on the step after its episode ends: that step ignores the action and returns
-reward 0 and the new level's first frame, so each episode adds one transition whose action did nothing (CleanRL's
-envpool Atari scripts share this; gym3 resets within the last step). The ReLU before the flatten is applied before
-it (the same values), so that a conv channel counts as one neuron of the dormant metric. Every finished episode is
-logged (CleanRL: the first of each vector step). The evaluation is this script's (CleanRL has none).
+Departures from CleanRL's ppo_procgen: envpool in place of gym3 (each episode adds one reset transition whose action
+does nothing, as in CleanRL's envpool Atari scripts); the ReLU before the flatten runs before it (same values; a conv
+channel is one neuron of the dormant metric); every finished episode is logged; the evaluation is this script's.
 """
 import json
 import math
@@ -40,6 +30,7 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import tyro
+from gymnasium.wrappers.utils import RunningMeanStd  # NormalizeReward's, as in CleanRL's ppo_procgen (gym 0.23)
 from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
@@ -138,13 +129,10 @@ class Args:
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
     coverage_samples: Optional[int] = None
-    """states of the dynamics/ sample (the first of them) appended to runs/<run>/coverage.bin at the iterations
-    --coverage-every names, for the coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`):
-    the 64x64 RGB frame averaged over 4x4 blocks (3x16x16 uint8) and the actor's penultimate features (float16);
-    unset: the whole sample (--dynamics-batch, at most the batch); 0 disables"""
+    """first states of the dynamics/ sample saved to runs/<run>/coverage.bin for the coverage metric (App. B.7): a 3x16x16
+    uint8 thumbnail and the actor's float16 features; unset: the whole sample (--dynamics-batch, at most the batch); 0 off"""
     coverage_every: int = 0
-    """save those states at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: the
-    multiple that gives about 20 saves in the run)"""
+    """save them at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: about 20 saves)"""
     kl_sample: int = 0
     """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
 
@@ -169,10 +157,8 @@ RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqr
 
 
 def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
-    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
-
-    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
-    """
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
+    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
     if base_num_envs <= 0 or base_num_minibatches <= 0:
         raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
     if (base_num_envs * num_steps) % base_num_minibatches:
@@ -193,17 +179,14 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
         raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
     mb_size = size_factor * base_mb_size
     if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
-        raise BadFlag(
-            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
-            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
-        )
+        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
     return int(minibatches), int(mb_size), lr0 * lr_factor
 
 
 # Environment: envpool Procgen, training and held-out levels
 def make_env(env_id, num_envs, seed, num_levels=0, start_level=0):
-    """envpool's Procgen: frames (3, 64, 64) uint8, 15 actions, raw rewards; levels start_level ... start_level +
-    num_levels - 1, or the full distribution (num_levels 0), drawn from the pool's seed."""
+    """envpool's Procgen: 3x64x64 uint8 frames, 15 actions, raw rewards; levels start_level .. + num_levels - 1 (0: all)."""
     return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed, num_levels=num_levels,
                         start_level=start_level)
 
@@ -214,30 +197,9 @@ def training_levels(levels, start_level, num_levels):
     return int(((levels >= start_level) & (levels < start_level + num_levels)).sum())
 
 
-class RunningMeanStd:
-    """Running mean and variance of a stream of batches (Chan et al.'s parallel update), float64 numpy."""
-
-    def __init__(self, epsilon=1e-4, shape=()):
-        self.mean = np.zeros(shape, "float64")
-        self.var = np.ones(shape, "float64")
-        self.count = epsilon
-
-    def update(self, x):
-        self.update_from_moments(np.mean(x, axis=0), np.var(x, axis=0), x.shape[0])
-
-    def update_from_moments(self, batch_mean, batch_var, batch_count):
-        delta = batch_mean - self.mean
-        tot_count = self.count + batch_count
-        new_mean = self.mean + delta * batch_count / tot_count
-        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / tot_count
-        self.mean, self.var, self.count = new_mean, m2 / tot_count, tot_count
-
-
 def normalize_rewards(return_rms, returns, rewards, dones, gamma, epsilon=1e-8, clip=10.0):
-    """CleanRL's gym.wrappers.NormalizeReward(gamma) then TransformReward(clip to [-10, 10]), one vector step.
-
-    `returns` (per env, updated in place) is the discounted return so far; its running variance (over every env and
-    step) scales the rewards; an env's return restarts at 0 after its episode ends."""
+    """CleanRL's gym.wrappers.NormalizeReward(gamma) then TransformReward(clip to [-10, 10]), one vector step: the
+    running variance of `returns` (each env's discounted return, updated in place; 0 after an episode) scales them."""
     returns[:] = returns * gamma + rewards
     return_rms.update(returns)
     normalized = rewards / np.sqrt(return_rms.var + epsilon)
@@ -266,17 +228,12 @@ class ResidualBlock(nn.Module):
 
 def conv_sequence(in_channels, out_channels):
     """An IMPALA stage: conv 3x3, max-pool 3 stride 2 (padding 1: 64 -> 32), two residual blocks."""
-    return nn.Sequential(
-        nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1),
-        nn.MaxPool2d(kernel_size=3, stride=2, padding=1),
-        ResidualBlock(out_channels),
-        ResidualBlock(out_channels),
-    )
+    return nn.Sequential(nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1),
+                         nn.MaxPool2d(kernel_size=3, stride=2, padding=1), ResidualBlock(out_channels), ResidualBlock(out_channels))
 
 
 def impala_cnn(channels=(16, 32, 32), size=64):
-    """Three stages of widths 16, 32, 32 on 3 x 64 x 64 frames (-> 32 x 8 x 8), ReLU, dense 256, ReLU (Table 1).
-    PyTorch's default initialisation, as CleanRL's ppo_procgen."""
+    """Stages of widths 16, 32, 32 (3x64x64 -> 32x8x8), ReLU, dense 256, ReLU (Table 1); PyTorch's default init, as CleanRL."""
     stages, in_channels = [], 3
     for out_channels in channels:
         stages.append(conv_sequence(in_channels, out_channels))
@@ -320,32 +277,23 @@ class Agent(nn.Module):
 
 
 def hidden_activations(torso, x):
-    """Outputs of every ReLU of a torso in the order they run (those inside the residual blocks included); the last
-    one is the penultimate-layer features."""
+    """Outputs of every ReLU of a torso as they run (the residual blocks' included); the last is the features."""
     acts = []
     hooks = [m.register_forward_hook(lambda module, inputs, output: acts.append(output))
              for m in torso.modules() if isinstance(m, nn.ReLU)]
-    try:
-        torso(x)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    torso(x)
+    for hook in hooks:
+        hook.remove()
     return acts
 
 
 # Loss: GAE and PPO's clipped objective
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     """GAE(lambda) over a rollout of shape (num_steps, num_envs); dones[t] marks obs[t] as a new episode."""
-    advantages = torch.zeros_like(rewards)
-    lastgaelam = 0
-    num_steps = rewards.shape[0]
+    advantages, lastgaelam, num_steps = torch.zeros_like(rewards), 0, rewards.shape[0]
     for t in reversed(range(num_steps)):
-        if t == num_steps - 1:
-            nextnonterminal = 1.0 - next_done
-            nextvalues = next_value
-        else:
-            nextnonterminal = 1.0 - dones[t + 1]
-            nextvalues = values[t + 1]
+        nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+        nextvalues = next_value if t == num_steps - 1 else values[t + 1]
         delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
         advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
     return advantages, advantages + values
@@ -371,7 +319,6 @@ def ppo_loss(agent, args, obs, actions, logprobs, advantages, returns, values):
         v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
     else:
         v_loss = 0.5 * ((newvalue - returns) ** 2).mean()
-
     entropy_loss = entropy.mean()
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
     with torch.no_grad():
@@ -396,14 +343,11 @@ def feature_rank(features, threshold=0.99):
 
 
 def dormant_percentage(activations, tau):
-    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers.
-
-    Each activation is (batch, units) or (batch, channels, height, width); a conv channel is one neuron.
-    """
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers; an activation
+    is (batch, units) or (batch, channels, height, width), a conv channel one neuron."""
     dormant, total = 0, 0
     for h in activations:
-        score = h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()
-        score = score.mean(dim=0)
+        score = (h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()).mean(dim=0)
         score = score / (score.mean() + 1e-9)
         dormant += int((score <= tau).sum().item())
         total += score.numel()
@@ -452,9 +396,8 @@ def dynamics_metrics(agent, obs, actions, old_logprobs, tau):
 
 
 def evaluate(agent, env_id, eval_episodes, seed, device):
-    """(return, level seed) of one episode on each of `eval_episodes` levels drawn from the full distribution by
-    `seed`, actions sampled from a generator of its own seeded by `seed`: the same levels and draws at every call,
-    and the training's random streams untouched (a resumed run continues exactly)."""
+    """(return, level seed) of one episode on each of `eval_episodes` levels of the full distribution drawn by `seed`, actions
+    sampled from a generator of `seed`: the same levels and draws every call, training's random streams untouched."""
     envs = make_env(env_id, eval_episodes, seed)
     obs, info = envs.reset()
     levels = info["level_seed"].copy()
@@ -492,8 +435,7 @@ def main(args):
         + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
            "(envpool's game state is not saved)" if checkpoint else "")
         + (f"; flags changed since the checkpoint: {', '.join(changed_flags(args, checkpoint))}"
-           if checkpoint and changed_flags(args, checkpoint) else "")
-    )
+           if checkpoint and changed_flags(args, checkpoint) else ""))
     if args.track:
         import wandb
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args),
@@ -522,20 +464,16 @@ def main(args):
     fused = {} if compiled else {"fused": True}  # eager: one kernel for all parameters (a CPU's default loops)
     optimizer = optim.Adam(agent.parameters(), lr=lr, eps=1e-5, capturable=args.cudagraphs and not args.compile, **fused)
 
-    # rollout storage; observations stay uint8 and are converted per minibatch. With channels_last networks they are
-    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy);
-    # allocated in that layout (a copy into it would hold the buffer twice: the peak of a 1024 x 128 batch)
+    # rollout storage; observations stay uint8, converted per minibatch. For channels_last networks they are allocated
+    # channels innermost: a minibatch gathered from them is in the network's layout (no copy, no second buffer)
     shape = (args.num_steps, args.num_envs) + envs.observation_space.shape
     if device.type == "cpu":
         obs = torch.zeros(shape[:2] + shape[3:] + shape[2:3], dtype=torch.uint8).permute(0, 1, 4, 2, 3)
     else:
         obs = torch.zeros(shape, dtype=torch.uint8, device=device)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    logprobs, rewards, dones, values = (torch.zeros((args.num_steps, args.num_envs), device=device) for _ in range(4))
     behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
-    values = torch.zeros((args.num_steps, args.num_envs), device=device)
     episode_returns = np.zeros(args.num_envs)
     recent_returns = deque(maxlen=20)
     return_rms, discounted_returns = RunningMeanStd(), np.zeros(args.num_envs)  # the reward normaliser
@@ -558,8 +496,7 @@ def main(args):
     last_checkpoint = args.resume
     chunk = args.grad_accum_size or args.minibatch_size
 
-    def policy(x):
-        """The rollout's forward pass: action, its log-probability, the value and the logits."""
+    def policy(x):  # the rollout's forward pass
         action, logprob, _, value, logits = agent.get_action_and_value(x)
         return action, logprob, value.flatten(), logits
 
@@ -605,8 +542,7 @@ def main(args):
             return captured_gradient(every, *(b[mb_inds] for b in batch))
 
     start_time, start_step, eval_seconds = time.time(), global_step, 0.0
-    next_obs, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs, device=device)
+    next_obs = torch.as_tensor(envs.reset()[0], device=device)
     next_done = torch.zeros(args.num_envs, device=device)
     progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
                     dynamic_ncols=True)
@@ -648,11 +584,8 @@ def main(args):
             advantages, returns = gae(next_obs, next_done, rewards, values, dones)
 
         b_obs = obs.reshape((-1,) + envs.observation_space.shape)
-        b_logprobs = logprobs.reshape(-1)
-        b_actions = actions.reshape(-1)
-        b_advantages = advantages.reshape(-1)
-        b_returns = returns.reshape(-1)
-        b_values = values.reshape(-1)
+        b_logprobs, b_actions, b_advantages, b_returns, b_values = (
+            x.reshape(-1) for x in (logprobs, actions, advantages, returns, values))
 
         measure = args.dynamics_every > 0 and (iteration % args.dynamics_every == 0 or iteration == 1)
         b_inds = np.arange(args.batch_size)
@@ -693,11 +626,11 @@ def main(args):
                       & torch.isfinite(mb_stats).all() & torch.isfinite(kl_sum))
             moved = {name: torch.linalg.vector_norm(p - before[name]) for name, p in agent.named_parameters()}
             moved_policy = [norm for name, norm in moved.items() if name.startswith(("network.", "actor."))]  # encoder, head
-            read = torch.cat([mb_stats, torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
+            read = torch.cat([mb_stats[:4], torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
                               grad_norm_sum / minibatch_steps, explained_var, torch.stack(list(moved.values())).norm(),
                               torch.stack(moved_policy).norm(), finite.float()])]).tolist()  # the one sync
         # the last minibatch's losses and KL (as CleanRL logs them), then the iteration's batch KL, clip fraction, norm
-        logged = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl_last_minibatch", "clipfrac_last_minibatch",
+        logged = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl_last_minibatch",
                            "approx_kl", "clipfrac", "grad_norm", "explained_variance", "update_norm", "update_norm_actor",
                            "finite"), read))
         if not logged.pop("finite"):
@@ -707,7 +640,6 @@ def main(args):
             sys.exit(1)
 
         writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
-        del logged["clipfrac_last_minibatch"]  # the iteration's mean is logged
         for chart in ("update_norm", "update_norm_actor"):
             writer.add_scalar(f"charts/{chart}", logged.pop(chart), global_step)
         for name, value in logged.items():
@@ -791,42 +723,35 @@ def resolve_args(args):
             raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
     if not 0 <= args.seed < 2**31:
         raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes"):
-        if getattr(args, flag) <= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size", "ent_coef",
-                 "vf_coef", "kl_sample", "save_every", "keep_checkpoints", "reset_envs_at", "num_levels", "start_level", "eval_every",
-                 "coverage_every"):
-        if getattr(args, flag) < 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
-        if not getattr(args, flag) > 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for rule, holds, flags in (
+        ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch",
+                                               "eval_episodes", "learning_rate", "clip_coef", "max_grad_norm")),
+        ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size",
+                                            "ent_coef", "vf_coef", "kl_sample", "save_every", "keep_checkpoints", "reset_envs_at",
+                                            "num_levels", "start_level", "eval_every", "coverage_every")),
+        ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda"))):
+        for flag in flags:
+            if not holds(getattr(args, flag)):
+                raise BadFlag(f"--{flag.replace('_', '-')} {rule} (got {getattr(args, flag)})")
     if args.target_kl is not None and not args.target_kl > 0:
         raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
     if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
         raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
     if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
         raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
-    for flag in ("gamma", "gae_lambda"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
     if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.procgen":
         raise BadFlag(f"--env-id must be an envpool Procgen id such as StarpilotEasy-v0 (got {args.env_id!r})")
-    if args.start_level and not args.num_levels:
-        raise BadFlag(f"--start-level {args.start_level} needs --num-levels > 0 (with 0 levels are drawn from the full "
-                      "distribution, whatever the start)")
+    if args.start_level and not args.num_levels:  # with 0, levels are drawn from the full distribution, whatever the start
+        raise BadFlag(f"--start-level {args.start_level} needs --num-levels > 0 (with 0 levels are drawn from the full distribution, whatever the start)")
     if args.start_level + args.num_levels >= 2**31:
-        raise BadFlag(f"--start-level + --num-levels must be below 2^31 (Procgen's int32 level seeds; got "
-                      f"{args.start_level + args.num_levels})")
+        raise BadFlag(f"--start-level + --num-levels must be below 2^31 (Procgen's int32 level seeds; got {args.start_level + args.num_levels})")
     args.batch_size = args.num_envs * args.num_steps
     if args.scaling_recipe != "none":
         if args.num_minibatches is not None or args.minibatch_size:
             raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
         args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
-            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
-            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
-        )
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate, args.base_num_envs,
+            args.base_num_minibatches, args.hybrid_minibatch_factor)
     elif args.minibatch_size:
         if args.batch_size % args.minibatch_size:
             raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
@@ -864,15 +789,15 @@ def resolve_args(args):
     if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
         args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
     if args.resume is not None:
-        check_resume(args, load_checkpoint(args.resume))
+        load_checkpoint(args.resume, args)
     return args
 
 
 CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "separate_encoders")  # the network, the storage and the episode counters
 
 
-def load_checkpoint(path):
-    """The dict `save_checkpoint` wrote, or BadFlag."""
+def load_checkpoint(path, args=None):
+    """The dict `save_checkpoint` wrote, or BadFlag; with `args`, BadFlag too unless this run may continue from it."""
     if not os.path.isfile(path):
         raise BadFlag(f"--resume {path}: no such file")
     try:
@@ -884,17 +809,16 @@ def load_checkpoint(path):
         raise BadFlag(f"--resume {path} is a checkpoint of {state['script']}, not of {this}")
     if not isinstance(state, dict) or not {"agent", "optimizer", "rng", "iteration", "global_step", "args", "return_rms"} <= set(state):
         raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
-    return state
-
-
-def check_resume(args, state):
-    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key, of another script
-        raise BadFlag(f"--resume {args.resume} is a checkpoint of another script, not of {os.path.basename(__file__)}")
+    if args is None:  # main's read, after resolve_args checked it
+        return state
+    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key
+        raise BadFlag(f"--resume {path} is a checkpoint of another script, not of {this}")
     for flag in CHECKPOINT_MUST_MATCH:
         if state["args"].get(flag) != getattr(args, flag):
-            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
+            raise BadFlag(f"--resume {path} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
     if state["iteration"] >= args.num_iterations:
-        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+        raise BadFlag(f"--resume {path} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+    return state
 
 
 NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
@@ -909,14 +833,11 @@ def changed_flags(args, state):
 
 def save_checkpoint(path, agent, optimizer, return_rms, iteration, global_step, recent_returns, args):
     """Everything a run needs to continue exactly, but the games: written to a temporary name, then renamed."""
-    state = {
-        "agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
-        "return_rms": (return_rms.mean, return_rms.var, return_rms.count),
-        "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
-        "script": os.path.basename(__file__),
-        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
-    }
+    state = {"agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
+             "return_rms": (return_rms.mean, return_rms.var, return_rms.count), "global_step": global_step,
+             "recent_returns": list(recent_returns), "args": vars(args), "script": os.path.basename(__file__),
+             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.save(state, f"{path}.tmp")
     os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
@@ -939,20 +860,15 @@ def restore_rng(rng):
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
-# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
-# analyze.py --coverage
-def coverage_dtype(feature_dim):
-    """One saved state: when, the 64x64 RGB frame averaged over 4x4 blocks, and the penultimate features."""
-    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (3, 16, 16)),
-                     ("features", "<f2", (feature_dim,))])
-
-
+# Coverage (data-collection App. B.7): states of the dynamics/ sample, projected by benchmark/analyze.py --coverage
 @torch.no_grad()
 def coverage_records(agent, obs, iteration, global_step):
-    """The records of states `obs` (uint8, N x 3 x 64 x 64) for runs/<run>/coverage.bin."""
+    """The records of states `obs` (uint8, N x 3 x 64 x 64) for runs/<run>/coverage.bin: when, the frame averaged over
+    4x4 blocks and the penultimate features."""
     thumbnails = obs.float().reshape(len(obs), 3, 16, 4, 16, 4).mean((3, 5)).round().to(torch.uint8)
     features = hidden_activations(agent.network, agent.preprocess(obs))[-1]
-    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
+    records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (3, 16, 16)),
+                                           ("features", "<f2", (features.shape[1],))]))
     records["iteration"], records["global_step"] = iteration, global_step
     records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
     return records
@@ -963,11 +879,9 @@ def append_coverage(run_dir, records):
     header = os.path.join(run_dir, "coverage.json")
     if not os.path.exists(header):
         with open(header, "w") as f:
-            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
-                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
-                                 for name in records.dtype.names],
-                       "obs": "the 64x64 RGB frame averaged over 4x4 blocks",
-                       "features": "the actor torso's last ReLU"}, f)
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7", "dtype": [
+                [name, records.dtype[name].base.str, list(records.dtype[name].shape)] for name in records.dtype.names],
+                "obs": "the 64x64 RGB frame averaged over 4x4 blocks", "features": "the actor torso's last ReLU"}, f)
     with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
         f.write(records.tobytes())
 

@@ -1,25 +1,14 @@
 """PPO with Random Network Distillation (Burda et al., 2019) on hard-exploration Atari (envpool).
 
-The hard-exploration arm of "The Impact of On-Policy Parallelized Data Collection on Deep RL
-Networks" (review thread, rebuttal Fig. 4). CleanRL's ppo_rnd_envpool (Huang et al., 2022), ported
-to envpool's gymnasium API: a frozen random target CNN and a trained predictor on normalised next
-frames; the prediction error is the intrinsic reward, divided by a running std of discounted
-intrinsic returns; intrinsic returns are non-episodic; two value heads; advantages
-ext_coef * A_ext + int_coef * A_int; the predictor learns from a random share of every minibatch.
-With the scaling-recipe flags, the exact KL / Data-to-Divergence Ratio and the learning-dynamics
-metrics of ppo_atari_envpool.py, uint8 rollout storage, and the number of Montezuma rooms visited.
+The hard-exploration arm of "The Impact of On-Policy Parallelized Data Collection on Deep RL Networks" (review thread,
+rebuttal Fig. 4): CleanRL's ppo_rnd_envpool on envpool's gymnasium API, with the scaling recipes, the exact KL / DDR,
+the dynamics/ metrics, uint8 storage, checkpoints, --resume, signals, the NaN stop and --compile of ppo_atari_envpool.py,
+and the number of Montezuma rooms visited. Docs: docs/ppo_rnd.md.
 
-Departures from CleanRL's ppo_rnd_envpool, each OpenAI's RND (Burda et al., 2019) instead: vf_coef 1.0
-(CleanRL 0.5), no episodic life (a life lost does not end the episode), and the intrinsic-reward filter
-runs over time within each env (CleanRL's `.T` runs it over the envs of one step). The observation
-normaliser is updated in torch on the device, from float64 sums over chunks of the batch (CleanRL: a float64
-numpy copy of the whole batch).
-
-Runs survive preemption as ppo_atari_envpool.py's do: --save-every / --resume checkpoints (networks,
-Adam, every RNG, the observation and reward normalisers, the reward filter, the rooms seen, counters),
-SIGTERM or SIGUSR1 checkpoint at the end of the iteration and exit 75, and a loss or parameter that
-is not finite stops the run naming the last good checkpoint. Envpool's emulator state cannot be
-saved: a resumed run starts fresh episodes.
+Departures from CleanRL's ppo_rnd_envpool, each OpenAI's RND instead: vf_coef 1.0 (CleanRL 0.5), no episodic life, and
+the intrinsic-reward filter runs over time within each env (CleanRL's `.T` runs it over the envs of one step). The
+observation normaliser is updated in torch on the device from float64 sums (CleanRL: a float64 numpy copy of the batch).
+A resumed run starts fresh episodes (envpool's emulator state cannot be saved).
 """
 import json
 import math
@@ -41,6 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.optim as optim
 import tyro
+from gymnasium.wrappers.utils import RunningMeanStd  # the intrinsic returns' (CleanRL: gym's, the same)
 from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
@@ -58,8 +48,8 @@ class Args:
     torch_threads: int = 0
     """CPU threads for torch (0 = torch's default)"""
     compile: bool = False
-    """torch.compile the policy and curiosity steps, GAE and the minibatch update, as LeanRL does (the first iteration
-    compiles: charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
+    """torch.compile the policy and curiosity steps, GAE and the update, as LeanRL (the first iteration compiles: charts/SPS
+    counts from the second, charts/first_iteration_seconds holds the first)"""
     cudagraphs: bool = False
     """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
     track: bool = False
@@ -143,13 +133,11 @@ class Args:
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
     coverage_samples: Optional[int] = None
-    """states of the dynamics/ sample (the first of them) appended to runs/<run>/coverage.bin at the iterations
-    --coverage-every names, for the coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`):
-    the newest 84x84 frame averaged over 4x4 blocks (21x21 uint8) and the actor's hidden layer, its penultimate
-    features (float16); unset: the whole sample (--dynamics-batch, at most the batch); 0 disables"""
+    """first states of the dynamics/ sample saved to runs/<run>/coverage.bin for the coverage metric (App. B.7): a 21x21
+    uint8 thumbnail and the actor's hidden layer (float16); unset: the whole sample (--dynamics-batch, at most the batch);
+    0 disables"""
     coverage_every: int = 0
-    """save those states at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: the
-    multiple that gives about 20 saves in the run)"""
+    """save them at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: about 20 saves)"""
     kl_sample: int = 0
     """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
 
@@ -174,10 +162,8 @@ RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqr
 
 
 def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
-    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
-
-    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
-    """
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
+    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
     if base_num_envs <= 0 or base_num_minibatches <= 0:
         raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
     if (base_num_envs * num_steps) % base_num_minibatches:
@@ -198,10 +184,8 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
         raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
     mb_size = size_factor * base_mb_size
     if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
-        raise BadFlag(
-            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
-            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
-        )
+        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
     return int(minibatches), int(mb_size), lr0 * lr_factor
 
 
@@ -211,41 +195,15 @@ ROOM_RAM_BYTE = {"MontezumaRevenge-v5": 3}
 
 
 def make_env(env_id, num_envs, seed, sticky_action=True):
-    # RND's setup: no episodic life (a life loss does not end the episode), clipped rewards, sticky
-    # actions; info["reward"] keeps the raw score and info["ram"] the console RAM.
-    return envpool.make(
-        env_id,
-        env_type="gymnasium",
-        num_envs=num_envs,
-        episodic_life=False,
-        reward_clip=True,
-        seed=seed,
-        repeat_action_probability=0.25 if sticky_action else 0.0,
-    )
+    """RND's setup: no episodic life (a life lost does not end the episode), clipped rewards, sticky actions;
+    info["reward"] keeps the raw score and info["ram"] the console RAM."""
+    return envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, episodic_life=False, reward_clip=True, seed=seed,
+                        repeat_action_probability=0.25 if sticky_action else 0.0)
 
 
 # Normalisers: running statistics of observations and intrinsic returns
-class RunningMeanStd:
-    """Running mean and variance of a stream of batches (Chan et al.'s parallel update), float64 numpy."""
-
-    def __init__(self, epsilon=1e-4, shape=()):
-        self.mean = np.zeros(shape, "float64")
-        self.var = np.ones(shape, "float64")
-        self.count = epsilon
-
-    def update(self, x):
-        self.update_from_moments(np.mean(x, axis=0), np.var(x, axis=0), x.shape[0])
-
-    def update_from_moments(self, batch_mean, batch_var, batch_count):
-        delta = batch_mean - self.mean
-        tot_count = self.count + batch_count
-        new_mean = self.mean + delta * batch_count / tot_count
-        m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / tot_count
-        self.mean, self.var, self.count = new_mean, m2 / tot_count, tot_count
-
-
-class FrameRunningMeanStd(RunningMeanStd):
-    """RunningMeanStd of uint8 frames on the device, in float64 like the numpy one."""
+class FrameRunningMeanStd:
+    """RunningMeanStd of uint8 frames on the device, in float64 like gymnasium's numpy one (the same update)."""
 
     def __init__(self, shape, device):
         self.mean = torch.zeros(shape, dtype=torch.float64, device=device)
@@ -264,7 +222,9 @@ class FrameRunningMeanStd(RunningMeanStd):
             squares += x.square().sum(0)
             count += len(part)
         mean = total / count
-        self.update_from_moments(mean, (squares / count - mean.square()).clamp_(min=0), count)
+        var, delta, tot_count = (squares / count - mean.square()).clamp_(min=0), mean - self.mean, self.count + count
+        m2 = self.var * self.count + var * count + delta**2 * self.count * count / tot_count
+        self.mean, self.var, self.count = self.mean + delta * count / tot_count, m2 / tot_count, tot_count
 
     def stats(self):
         """(mean, std) in float32, for `normalise_frame`; taken once per rollout / update, not per step."""
@@ -276,8 +236,7 @@ class RewardForwardFilter:
     every env at a time, so that it runs over time within each env as OpenAI's RND does."""
 
     def __init__(self, gamma):
-        self.rewems = None
-        self.gamma = gamma
+        self.rewems, self.gamma = None, gamma
 
     def update(self, rews):
         self.rewems = rews if self.rewems is None else self.rewems * self.gamma + rews
@@ -303,22 +262,14 @@ class Agent(nn.Module):
     def __init__(self, num_actions):
         super().__init__()
         self.network = nn.Sequential(
-            layer_init(nn.Conv2d(4, 32, 8, stride=4)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
-            nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
-            nn.ReLU(),
-            nn.Flatten(),
-            layer_init(nn.Linear(64 * 7 * 7, 256)),
-            nn.ReLU(),
-            layer_init(nn.Linear(256, 448)),
-            nn.ReLU(),
-        )
+            layer_init(nn.Conv2d(4, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
+            layer_init(nn.Linear(64 * 7 * 7, 256)), nn.ReLU(),
+            layer_init(nn.Linear(256, 448)), nn.ReLU())
         self.extra_layer = nn.Sequential(layer_init(nn.Linear(448, 448), std=0.1), nn.ReLU())
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(448, 448), std=0.01), nn.ReLU(), layer_init(nn.Linear(448, num_actions), std=0.01)
-        )
+        self.actor = nn.Sequential(layer_init(nn.Linear(448, 448), std=0.01), nn.ReLU(),
+                                   layer_init(nn.Linear(448, num_actions), std=0.01))
         self.critic_ext = layer_init(nn.Linear(448, 1), std=0.01)
         self.critic_int = layer_init(nn.Linear(448, 1), std=0.01)
 
@@ -352,19 +303,12 @@ class RNDModel(nn.Module):
         super().__init__()
 
         def convs():
-            return [
-                layer_init(nn.Conv2d(1, 32, 8, stride=4)), nn.LeakyReLU(),
-                layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LeakyReLU(),
-                layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LeakyReLU(),
-                nn.Flatten(),
-            ]
+            return [layer_init(nn.Conv2d(1, 32, 8, stride=4)), nn.LeakyReLU(),
+                    layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.LeakyReLU(),
+                    layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.LeakyReLU(), nn.Flatten()]
 
-        self.predictor = nn.Sequential(
-            *convs(),
-            layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
-            layer_init(nn.Linear(512, 512)), nn.ReLU(),
-            layer_init(nn.Linear(512, 512)),
-        )
+        self.predictor = nn.Sequential(*convs(), layer_init(nn.Linear(64 * 7 * 7, 512)), nn.ReLU(),
+                                       layer_init(nn.Linear(512, 512)), nn.ReLU(), layer_init(nn.Linear(512, 512)))
         self.target = nn.Sequential(*convs(), layer_init(nn.Linear(64 * 7 * 7, 512)))
         for param in self.target.parameters():
             param.requires_grad = False
@@ -397,16 +341,10 @@ def discounted_intrinsic_returns(reward_filter, curiosity_rewards):
 
 def compute_gae(rewards, values, dones, next_value, next_done, gamma, gae_lambda):
     """GAE(lambda) over a rollout of shape (num_steps, num_envs); dones[t] marks obs[t] as a new episode."""
-    advantages = torch.zeros_like(rewards)
-    lastgaelam = 0
-    num_steps = rewards.shape[0]
+    advantages, lastgaelam, num_steps = torch.zeros_like(rewards), 0, rewards.shape[0]
     for t in reversed(range(num_steps)):
-        if t == num_steps - 1:
-            nextnonterminal = 1.0 - next_done
-            nextvalues = next_value
-        else:
-            nextnonterminal = 1.0 - dones[t + 1]
-            nextvalues = values[t + 1]
+        nextnonterminal = 1.0 - (next_done if t == num_steps - 1 else dones[t + 1])
+        nextvalues = next_value if t == num_steps - 1 else values[t + 1]
         delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
         advantages[t] = lastgaelam = delta + gamma * gae_lambda * nextnonterminal * lastgaelam
     return advantages, advantages + values
@@ -436,14 +374,11 @@ def feature_rank(features, threshold=0.99):
 
 
 def dormant_percentage(activations, tau):
-    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers.
-
-    Each activation is (batch, units) or (batch, channels, height, width); a conv channel is one neuron.
-    """
+    """B.2 (Sokar et al., 2023): share of neurons whose E|h_i| / mean_k E|h_k| <= tau, over all layers; an activation
+    is (batch, units) or (batch, channels, height, width), a conv channel one neuron."""
     dormant, total = 0, 0
     for h in activations:
-        score = h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()
-        score = score.mean(dim=0)
+        score = (h.abs().flatten(2).mean(dim=2) if h.dim() > 2 else h.abs()).mean(dim=0)
         score = score / (score.mean() + 1e-9)
         dormant += int((score <= tau).sum().item())
         total += score.numel()
@@ -525,8 +460,7 @@ def main(args):
         + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
            "(envpool's emulator state is not saved)" if checkpoint else "")
         + (f"; flags changed since the checkpoint: {', '.join(changed_flags(args, checkpoint))}"
-           if checkpoint and changed_flags(args, checkpoint) else "")
-    )
+           if checkpoint and changed_flags(args, checkpoint) else ""))
     if args.track:
         import wandb
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
@@ -563,22 +497,17 @@ def main(args):
     room_byte = ROOM_RAM_BYTE.get(args.env_id)
     rooms = set()
 
-    # rollout storage; observations stay uint8 and are converted per minibatch. With channels_last networks they are
-    # stored channels innermost, so a minibatch gathered from them is in the network's layout already (no copy);
-    # allocated in that layout (a copy into it would hold the buffer twice: the peak of a 1024 x 128 batch)
+    # rollout storage; observations stay uint8, converted per minibatch. For channels_last networks they are allocated
+    # channels innermost: a minibatch gathered from them is in the network's layout (no copy, no second buffer)
     shape = (args.num_steps, args.num_envs) + envs.observation_space.shape
     if device.type == "cpu":
         obs = torch.zeros(shape[:2] + shape[3:] + shape[2:3], dtype=torch.uint8).permute(0, 1, 4, 2, 3)
     else:
         obs = torch.zeros(shape, dtype=torch.uint8, device=device)
     actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long, device=device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs), device=device)
+    logprobs, rewards, curiosity_rewards, dones, ext_values, int_values = (
+        torch.zeros((args.num_steps, args.num_envs), device=device) for _ in range(6))
     behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
-    rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    curiosity_rewards = torch.zeros((args.num_steps, args.num_envs), device=device)
-    dones = torch.zeros((args.num_steps, args.num_envs), device=device)
-    ext_values = torch.zeros((args.num_steps, args.num_envs), device=device)
-    int_values = torch.zeros((args.num_steps, args.num_envs), device=device)
     episode_returns = np.zeros(args.num_envs)
     recent_returns = deque(maxlen=20)
 
@@ -612,8 +541,7 @@ def main(args):
     checkpoint_dir = f"runs/{run_name}/checkpoints"
     last_checkpoint = args.resume
 
-    def policy(x):
-        """The rollout's forward pass: action, its log-probability, both values and the logits."""
+    def policy(x):  # the rollout's forward pass
         action, logprob, _, value_ext, value_int, logits = agent.get_action_and_value(x)
         return action, logprob, value_ext.flatten(), value_int.flatten(), logits
 
@@ -653,9 +581,8 @@ def main(args):
         new_ext_values, new_int_values = new_ext_values.view(-1), new_int_values.view(-1)
         if args.clip_vloss:
             ext_v_loss_unclipped = (new_ext_values - b_ext_returns[mb_inds]) ** 2
-            ext_v_clipped = b_ext_values[mb_inds] + torch.clamp(
-                new_ext_values - b_ext_values[mb_inds], -args.clip_coef, args.clip_coef
-            )
+            ext_v_clipped = b_ext_values[mb_inds] + torch.clamp(new_ext_values - b_ext_values[mb_inds], -args.clip_coef,
+                                                                args.clip_coef)
             ext_v_loss_clipped = (ext_v_clipped - b_ext_returns[mb_inds]) ** 2
             ext_v_loss = 0.5 * torch.max(ext_v_loss_unclipped, ext_v_loss_clipped).mean()
         else:
@@ -744,10 +671,8 @@ def main(args):
                 next_obs, next_done, rewards, curiosity_rewards, ext_values, int_values, dones)
 
         b_obs = obs.reshape((-1,) + envs.observation_space.shape)
-        b_logprobs = logprobs.reshape(-1)
-        b_actions = actions.reshape(-1)
-        b_ext_returns, b_int_returns = ext_returns.reshape(-1), int_returns.reshape(-1)
-        b_ext_values = ext_values.reshape(-1)
+        b_logprobs, b_actions, b_ext_returns, b_int_returns, b_ext_values = (
+            x.reshape(-1) for x in (logprobs, actions, ext_returns, int_returns, ext_values))
         b_advantages = int_advantages.reshape(-1) * args.int_coef + ext_advantages.reshape(-1) * args.ext_coef
         batch = (b_obs, b_actions, b_logprobs, b_advantages, b_ext_returns, b_int_returns, b_ext_values)
         obs_rms.update(b_obs[:, 3:4])
@@ -892,26 +817,23 @@ def resolve_args(args):
             raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
     if not 0 <= args.seed < 2**31:
         raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes",
-                 "num_iterations_obs_norm_init"):
-        if getattr(args, flag) <= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "int_coef", "ext_coef", "ent_coef",
-                 "vf_coef", "kl_sample", "save_every", "keep_checkpoints", "reset_envs_at", "coverage_every"):
-        if getattr(args, flag) < 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "clip_coef", "max_grad_norm"):
-        if not getattr(args, flag) > 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+    for rule, holds, flags in (
+        ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch",
+                                               "eval_episodes", "num_iterations_obs_norm_init", "learning_rate", "clip_coef",
+                                               "max_grad_norm")),
+        ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "int_coef",
+                                            "ext_coef", "ent_coef", "vf_coef", "kl_sample", "save_every", "keep_checkpoints",
+                                            "reset_envs_at", "coverage_every")),
+        ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "int_gamma", "gae_lambda"))):
+        for flag in flags:
+            if not holds(getattr(args, flag)):
+                raise BadFlag(f"--{flag.replace('_', '-')} {rule} (got {getattr(args, flag)})")
     if args.target_kl is not None and not args.target_kl > 0:
         raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
     if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
         raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
     if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
         raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
-    for flag in ("gamma", "int_gamma", "gae_lambda"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
     if not 0.0 < args.update_proportion <= 1.0:
         raise BadFlag(f"--update-proportion must lie in (0, 1] (got {args.update_proportion})")
     if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
@@ -921,9 +843,8 @@ def resolve_args(args):
         if args.num_minibatches is not None or args.minibatch_size:
             raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
         args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
-            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
-            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
-        )
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate, args.base_num_envs,
+            args.base_num_minibatches, args.hybrid_minibatch_factor)
     elif args.minibatch_size:
         if args.batch_size % args.minibatch_size:
             raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
@@ -961,15 +882,15 @@ def resolve_args(args):
     if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
         args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
     if args.resume is not None:
-        check_resume(args, load_checkpoint(args.resume))
+        load_checkpoint(args.resume, args)
     return args
 
 
 CHECKPOINT_MUST_MATCH = ("env_id", "num_envs")  # the storage, the reward filter, the episode counters
 
 
-def load_checkpoint(path):
-    """The dict `save_checkpoint` wrote, or BadFlag."""
+def load_checkpoint(path, args=None):
+    """The dict `save_checkpoint` wrote, or BadFlag; with `args`, BadFlag too unless this run may continue from it."""
     if not os.path.isfile(path):
         raise BadFlag(f"--resume {path}: no such file")
     try:
@@ -981,17 +902,16 @@ def load_checkpoint(path):
         raise BadFlag(f"--resume {path} is a checkpoint of {state['script']}, not of {this}")
     if not isinstance(state, dict) or not {"agent", "rnd_model", "optimizer", "normalisers", "rng", "iteration", "global_step", "recent_returns", "args"} <= set(state):
         raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
-    return state
-
-
-def check_resume(args, state):
-    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key, of another script
-        raise BadFlag(f"--resume {args.resume} is a checkpoint of another script, not of {os.path.basename(__file__)}")
+    if args is None:  # main's read, after resolve_args checked it
+        return state
+    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key
+        raise BadFlag(f"--resume {path} is a checkpoint of another script, not of {this}")
     for flag in CHECKPOINT_MUST_MATCH:
         if state["args"].get(flag) != getattr(args, flag):
-            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
+            raise BadFlag(f"--resume {path} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
     if state["iteration"] >= args.num_iterations:
-        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+        raise BadFlag(f"--resume {path} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+    return state
 
 
 NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
@@ -1007,14 +927,11 @@ def changed_flags(args, state):
 
 def save_checkpoint(path, models, optimizer, normalisers, iteration, global_step, recent_returns, args):
     """Everything a run needs to continue exactly, but the emulators: written to a temporary name, then renamed."""
-    state = {
-        **{name: model.state_dict() for name, model in models.items()}, "optimizer": optimizer.state_dict(),
-        "normalisers": normalisers, "iteration": iteration, "global_step": global_step,
-        "recent_returns": list(recent_returns), "args": vars(args),
-        "script": os.path.basename(__file__),
-        "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None},
-    }
+    state = {**{name: model.state_dict() for name, model in models.items()}, "optimizer": optimizer.state_dict(),
+             "normalisers": normalisers, "iteration": iteration, "global_step": global_step,
+             "recent_returns": list(recent_returns), "args": vars(args), "script": os.path.basename(__file__),
+             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}}
     os.makedirs(os.path.dirname(path), exist_ok=True)
     torch.save(state, f"{path}.tmp")
     os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
@@ -1037,20 +954,15 @@ def restore_rng(rng):
         torch.cuda.set_rng_state_all(rng["cuda"])
 
 
-# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
-# analyze.py --coverage
-def coverage_dtype(feature_dim):
-    """One saved state: when, the newest 84x84 frame averaged over 4x4 blocks, and the penultimate features."""
-    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
-                     ("features", "<f2", (feature_dim,))])
-
-
+# Coverage (data-collection App. B.7): states of the dynamics/ sample, projected by benchmark/analyze.py --coverage
 @torch.no_grad()
 def coverage_records(agent, obs, iteration, global_step):
-    """The records of states `obs` (uint8, N x 4 x 84 x 84) for runs/<run>/coverage.bin."""
+    """The records of states `obs` (uint8, N x 4 x 84 x 84) for runs/<run>/coverage.bin: when, the newest frame averaged
+    over 4x4 blocks and the penultimate features."""
     thumbnails = obs[:, -1].float().reshape(len(obs), 21, 4, 21, 4).mean((2, 4)).round().to(torch.uint8)
     features = hidden_activations(agent, obs)[0][-1]
-    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
+    records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
+                                           ("features", "<f2", (features.shape[1],))]))
     records["iteration"], records["global_step"] = iteration, global_step
     records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
     return records
@@ -1061,11 +973,10 @@ def append_coverage(run_dir, records):
     header = os.path.join(run_dir, "coverage.json")
     if not os.path.exists(header):
         with open(header, "w") as f:
-            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
-                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
-                                 for name in records.dtype.names],
-                       "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks",
-                       "features": "the actor's hidden layer (448 units)"}, f)
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7", "dtype": [
+                [name, records.dtype[name].base.str, list(records.dtype[name].shape)] for name in records.dtype.names],
+                "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks",
+                "features": "the actor's hidden layer (448 units)"}, f)
     with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
         f.write(records.tobytes())
 

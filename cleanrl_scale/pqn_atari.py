@@ -661,15 +661,15 @@ def resolve_args(args):
     if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
         args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
     if args.resume is not None:
-        check_resume(args, load_checkpoint(args.resume))
+        load_checkpoint(args.resume, args)
     return args
 
 
 CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "optimizer")  # the network, the storage, the optimiser's state
 
 
-def load_checkpoint(path):
-    """The dict `save_checkpoint` wrote, or BadFlag."""
+def load_checkpoint(path, args=None):
+    """The dict `save_checkpoint` wrote, or BadFlag; with `args`, BadFlag too unless this run may continue from it."""
     if not os.path.isfile(path):
         raise BadFlag(f"--resume {path}: no such file")
     try:
@@ -681,17 +681,16 @@ def load_checkpoint(path):
         raise BadFlag(f"--resume {path} is a checkpoint of {state['script']}, not of {this}")
     if not isinstance(state, dict) or not {"q_network", "optimizer", "rng", "iteration", "global_step", "args"} <= set(state):
         raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
-    return state
-
-
-def check_resume(args, state):
-    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key, of another script
-        raise BadFlag(f"--resume {args.resume} is a checkpoint of another script, not of {os.path.basename(__file__)}")
+    if args is None:  # main's read, after resolve_args checked it
+        return state
+    if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key
+        raise BadFlag(f"--resume {path} is a checkpoint of another script, not of {this}")
     for flag in CHECKPOINT_MUST_MATCH:
         if state["args"].get(flag) != getattr(args, flag):
-            raise BadFlag(f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
+            raise BadFlag(f"--resume {path} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
     if state["iteration"] >= args.num_iterations:
-        raise BadFlag(f"--resume {args.resume} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+        raise BadFlag(f"--resume {path} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
+    return state
 
 
 NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
