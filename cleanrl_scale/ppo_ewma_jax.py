@@ -161,13 +161,10 @@ class Args:
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
     coverage_samples: Optional[int] = None
-    """states of the dynamics/ sample (the first of them) appended to runs/<run>/coverage.bin at the iterations
-    --coverage-every names, for the coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`):
-    the observation and the actor's penultimate features, both float16; unset: the whole sample (--dynamics-batch,
-    at most the batch); 0 disables"""
+    """first states of the dynamics/ sample saved to runs/<run>/coverage.bin for the coverage metric (App. B.7): the
+    observation and the actor's penultimate features, float16; unset: the whole sample (--dynamics-batch); 0 disables"""
     coverage_every: int = 0
-    """save those states at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: the
-    multiple that gives about 20 saves in the run)"""
+    """save them at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: about 20 saves)"""
 
     # Speed
     num_seeds: int = 1
@@ -205,10 +202,8 @@ RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqr
 
 
 def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
-    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
-
-    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
-    """
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
+    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
     if base_num_envs <= 0 or base_num_minibatches <= 0:
         raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
     if (base_num_envs * num_steps) % base_num_minibatches:
@@ -229,10 +224,8 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
         raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
     mb_size = size_factor * base_mb_size
     if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
-        raise BadFlag(
-            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
-            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
-        )
+        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
     return int(minibatches), int(mb_size), lr0 * lr_factor
 
 
@@ -1021,9 +1014,8 @@ def resolve_args(args):
         if args.num_minibatches is not None or args.minibatch_size:
             raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
         args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
-            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
-            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
-        )
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate, args.base_num_envs,
+            args.base_num_minibatches, args.hybrid_minibatch_factor)
     elif args.minibatch_size:
         if args.batch_size % args.minibatch_size:
             raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
@@ -1118,8 +1110,7 @@ class SummaryWriter:
         self.file.close()
 
 
-# Coverage (data-collection App. B.7): states of the dynamics/ sample every --coverage-every iterations, projected by
-# analyze.py --coverage
+# Coverage (data-collection App. B.7): states of the dynamics/ sample, projected by benchmark/analyze.py --coverage
 def coverage_records(obs, features, iteration, global_step):
     """The records of one iteration's saved states (obs and features as the update returns them, float16)."""
     records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "<f2", obs.shape[1:]),
@@ -1133,10 +1124,9 @@ def append_coverage(run_dir, records):
     header = os.path.join(run_dir, "coverage.json")
     if not os.path.exists(header):
         with open(header, "w") as f:
-            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
-                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
-                                 for name in records.dtype.names],
-                       "obs": "the observation the policy sees", "features": "the actor's last hidden layer"}, f)
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7", "dtype": [
+                [name, records.dtype[name].base.str, list(records.dtype[name].shape)] for name in records.dtype.names],
+                "obs": "the observation the policy sees", "features": "the actor's last hidden layer"}, f)
     with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
         f.write(records.tobytes())
 

@@ -209,10 +209,8 @@ class Args:
 
 
 def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
-    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D).
-
-    From the base config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs.
-    """
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
+    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
     if base_num_envs <= 0 or base_num_minibatches <= 0:
         raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
     if (base_num_envs * num_steps) % base_num_minibatches:
@@ -233,10 +231,8 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
         raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
     mb_size = size_factor * base_mb_size
     if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
-        raise BadFlag(
-            f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
-            f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})"
-        )
+        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
     return int(minibatches), int(mb_size), lr0 * lr_factor
 
 
@@ -1139,9 +1135,8 @@ def resolve_args(args, num_devices=None):
         if args.num_minibatches is not None or args.minibatch_size:
             raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
         args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
-            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate,
-            args.base_num_envs, args.base_num_minibatches, args.hybrid_minibatch_factor,
-        )
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate, args.base_num_envs,
+            args.base_num_minibatches, args.hybrid_minibatch_factor)
     elif args.minibatch_size:
         if args.batch_size % args.minibatch_size:
             raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
