@@ -11,7 +11,7 @@ papers' Isaac Gym runs (stagnation Fig. 10, the data-collection rebuttal's N_env
   centre of mass C minibatch steps; openai/ppo-ewma's loss and bias-corrected EWMA; without the flag, standard PPO;
 - the scaling recipes of §5 / App. D; checkpoints that can be resumed with a new COM or clip epsilon (Fig. 3a);
 - the learning-dynamics metrics of the data-collection paper (App. B), computed inside the jitted update on a sample of
-  the batch every --dynamics-every iterations, and the states of that sample for the coverage metric (App. B.7).
+  the batch every --dynamics-every iterations.
 PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of them scanned in
 one call; the host loop logs a call's stacked metrics while the next call runs, and checkpoints.
 Departures from PureJaxRL's ppo_continuous_action.py: the exact KL after the update (for the DDR), the metrics above,
@@ -31,7 +31,7 @@ import traceback
 import warnings
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from fractions import Fraction
 from functools import lru_cache, partial
 from typing import NamedTuple, Optional
@@ -160,37 +160,26 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
-    coverage_samples: Optional[int] = None
-    """states of the dynamics/ sample (the first of them) appended to runs/<run>/coverage.bin at the iterations
-    --coverage-every names, for the coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`):
-    the observation and the actor's penultimate features, both float16; unset: the whole sample (--dynamics-batch,
-    at most the batch); 0 disables"""
-    coverage_every: int = 0
-    """save those states at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: the
-    multiple that gives about 20 saves in the run)"""
 
     # Speed
     num_seeds: int = 1
-    """train this many seeds (--seed, --seed + 1, ...) in one program, vmapped as PureJaxRL vmaps `train`; each seed
-    writes its own run, runs/<env>__<exp-name>__<seed>__<time>, with the numbers it would have alone"""
+    """train seeds --seed, --seed + 1, ... in one vmapped program, as PureJaxRL vmaps `train`; each writes its own run,
+    with the numbers it would have alone"""
     fuse_iterations: int = 0
-    """iterations per jitted call (a lax.scan over iterations, metrics stacked and fetched once after the call); 0 = as
-    many as fill 32,768 transitions of all seeds on a CPU, 2,097,152 on a GPU or TPU (at least 1), at most --save-every;
-    a call also ends at each checkpoint"""
+    """iterations per jitted call (scanned, their metrics fetched once); 0: as many as fill 32,768 transitions of all
+    seeds on a CPU, 2,097,152 on a GPU or TPU; a call also ends at each checkpoint"""
     unroll: int = 0
-    """steps of the rollout, GAE and minibatch scans unrolled into straight-line code (lax.scan's `unroll`; the same
-    computation, float rounding aside): fewer loop trips, which cost a GPU most at small batches, against a longer
-    compilation; 0 = 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
+    """steps of the rollout, GAE and minibatch scans unrolled (lax.scan's `unroll`; the same computation, float
+    rounding aside); 0: 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
     transitions, else 1"""
     compile_cache: bool = True
-    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
-    a rerun with the same shapes skips compilation (--no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false: off)"""
+    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax)"""
 
     # Checkpoints
     save_every: int = 0
-    """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0 = never)"""
+    """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0: never)"""
     keep_checkpoints: int = 3
-    """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
+    """keep the run's newest this many checkpoints (0: keep every one)"""
     resume: Optional[str] = None
     """continue from this checkpoint; --ewma-com, --clip-coef and other non-structural flags may change"""
 
@@ -245,7 +234,6 @@ class EnvFns(NamedTuple):
     step: callable
     obs_dim: int
     action_size: int
-    raw_obs: callable = None  # state -> its observations before normalisation, the coverage states (None: not normalised)
 
 
 class RunningStats(NamedTuple):
@@ -315,10 +303,7 @@ def make_env(args):
         state = BraxState(env_state, obs_stats, return_stats, discounted_return)
         return normalise(env_state.obs, obs_stats), state, reward, done, env_state.reward
 
-    # coverage (App. B.7) measures the spread of the states visited: the raw observations, not ones divided by their
-    # own running spread
-    return EnvFns(reset, step, env.observation_size, env.action_size,
-                  raw_obs=(lambda state: state.env.obs) if args.norm_obs else None)
+    return EnvFns(reset, step, env.observation_size, env.action_size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,7 +494,6 @@ class Transition(NamedTuple):
     value: jnp.ndarray
     reward: jnp.ndarray
     done: jnp.ndarray
-    raw_obs: jnp.ndarray = None  # the observation before normalisation (--norm-obs), the coverage states
 
 
 class RunnerState(NamedTuple):
@@ -603,9 +587,8 @@ def make_train(args, env):
         `dynamics_metrics`), and the kurtosis of the first minibatch's raw gradient (before clipping)."""
         obs, action, behav_logprob = batch.obs, batch.action, batch.logprob
         sample = jax.random.permutation(rng, args.batch_size)[: min(args.dynamics_batch, args.batch_size)]
-        out, actor_hidden = actor.apply(params["actor"], obs[sample], True)
+        dist, actor_hidden = actor.apply(params["actor"], obs[sample], True)
         _, critic_hidden = critic.apply(params["critic"], obs[sample], True)
-        dist = out
         return {
             "dynamics/weight_norm": weight_norm(params),
             "dynamics/feature_rank": feature_rank(actor_hidden[-1]).astype(jnp.float32),
@@ -615,15 +598,11 @@ def make_train(args, env):
             "dynamics/policy_variance": policy_variance(dist),
             "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(dist, action[sample]) - behav_logprob[sample])),
             "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
-            # states for the coverage metric (App. B.7): the first --coverage-samples of the sample; the host fetches
-            # and writes those of the --coverage-every iterations
-            "coverage/obs": (obs if batch.raw_obs is None else batch.raw_obs)[sample[: args.coverage_samples]].astype(jnp.float16),
-            "coverage/features": actor_hidden[-1][: args.coverage_samples].astype(jnp.float16),
         }
 
     @jax.jit  # jitted so that its trace is cached: `update` asks for its shapes, then calls it
     def measured(start_params, prox_params, params, batch, first_epoch_key, k_epochs, h):
-        """The dynamics/ metrics of an iteration (and its coverage states)."""
+        """The dynamics/ metrics of an iteration."""
         # the first minibatch of the first epoch, as update_epoch draws it, at the parameters it saw: its raw gradient
         first = jax.random.permutation(first_epoch_key, args.batch_size)[: args.minibatch_size]
         first_grads, _ = minibatch_grads(start_params, prox_params, jax.tree.map(lambda x: x[first], batch), h)
@@ -646,8 +625,7 @@ def make_train(args, env):
             episode_return = runner.episode_return + score
             episode_length = runner.episode_length + 1
             stats = (done, episode_return * done, episode_length * done)
-            transition = Transition(runner.obs, action, log_prob(dist, action), dist, value, reward, done.astype(jnp.float32),
-                                    env.raw_obs(runner.env_state) if env.raw_obs else None)
+            transition = Transition(runner.obs, action, log_prob(dist, action), dist, value, reward, done.astype(jnp.float32))
             runner = runner._replace(env_state=env_state, obs=obs, rng=rng,
                                      episode_return=episode_return * (1 - done), episode_length=episode_length * (1 - done))
             return runner, (transition, stats)
@@ -673,13 +651,12 @@ def make_train(args, env):
         # flattened once; the behaviour log-probs only feed the KL pass below, so they are not shuffled
         batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]),
                              (traj._replace(behav_dist=None), advantages, targets))
-        learned = (batch[0]._replace(raw_obs=None), *batch[1:])  # what minibatches gather (Brax's raw obs: coverage only)
 
         def update_epoch(carry, rng):
             # each minibatch gathers its rows of the batch where it is used: no shuffled copy of the whole batch
             permutation = jax.random.permutation(rng, args.batch_size)
             minibatch_rows = permutation.reshape(args.num_minibatches, args.minibatch_size)
-            return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], learned)),
+            return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], batch)),
                                 carry, minibatch_rows, unroll=unroll)
 
         rng, k_epochs = jax.random.split(runner.rng)
@@ -782,9 +759,8 @@ def main(args, stop):
             runner, metrics = jax.tree.map(lambda x: x[None], (runner, metrics))
         else:
             runner, metrics = jax.vmap(update, in_axes=(0, None, None, None))(runner, measure, active, hyper)
-        tags[:] = [tag for tag in metrics if not tag.startswith("coverage/")]
-        scalars = jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
-        return runner, scalars, (metrics["coverage/obs"], metrics["coverage/features"])
+        tags[:] = list(metrics)
+        return runner, jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
 
     # the update compiles on a second thread while this one sets the run up
     train_call = jax.jit(train_call, donate_argnums=0)
@@ -840,22 +816,17 @@ def main(args, stop):
 
     learning_rates(start_iteration // LR_BLOCK)
 
-    def log_call(first, last, measure, scalars, states):
+    def log_call(first, last, measure, scalars):
         """Log iterations first..last of one call, each at its own step, one event per iteration and seed. The call's
         wall time (from the previous call's metrics to this one's) is shared evenly among its iterations."""
         nonlocal global_step, logged_time, call_iterations
-        numbers = np.arange(first, last + 1)
-        saves = measure[: len(numbers)] & (args.coverage_samples > 0) & ((numbers == 1) | (numbers % max(args.coverage_every, 1) == 0))
-        # the call's own buffers only: an indexing op would queue behind the call that is running now and wait for it
-        scalars, states = jax.device_get((scalars, states if saves.any() else None))
-        now = time.time()
-        for i, iteration in enumerate(numbers):
+        # the call's own buffer whole: an indexing op would queue behind the call that is running now and wait for it
+        scalars, now = jax.device_get(scalars), time.time()
+        for i, iteration in enumerate(range(first, last + 1)):
             global_step += args.batch_size
             seconds = logged_time + (now - logged_time) * (i + 1) / (last - first + 1) - start_time
-            for s, (name, writer) in enumerate(zip(run_names, writers)):
+            for s, writer in enumerate(writers):
                 metrics = dict(zip(tags, scalars[s, i].tolist()))
-                if saves[i]:
-                    append_coverage(f"runs/{name}", coverage_records(states[0][s, i], states[1][s, i], iteration, global_step))
                 if not measure[i]:
                     metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
                 episodes = metrics.pop("episodes")
@@ -897,10 +868,10 @@ def main(args, stop):
         numbers = np.arange(iteration + 1, iteration + args.fuse_iterations + 1)
         active = numbers <= last
         measure = active & (args.dynamics_every > 0) & ((numbers % max(args.dynamics_every, 1) == 0) | (numbers == 1))
-        runner, *stacked = train_call(runner, measure, active, hyper)
+        runner, scalars = train_call(runner, measure, active, hyper)
         if pending:  # the previous call's metrics are logged while this call computes (JAX dispatches asynchronously)
             log_call(*pending)
-        pending, iteration = (iteration + 1, last, measure, *stacked), last
+        pending, iteration = (iteration + 1, last, measure, scalars), last
         stopping = stop.signum is not None and iteration < args.num_iterations  # read once: it may change any time
         save_now = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations) or stopping
         if save_now or iteration == args.num_iterations:
@@ -919,7 +890,7 @@ def main(args, stop):
 
 
 # =============================================================================================
-# Plumbing: flag checks, logging, coverage states, checkpoints, signals, compilation settings
+# Plumbing: flag checks, logging, checkpoints, signals, compilation settings
 # =============================================================================================
 BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
 # flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
@@ -954,25 +925,22 @@ def resolve_args(args):
             raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
     if args.env_id not in brax_env_ids():
         raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers",
-                 "dynamics_batch", "num_seeds"):
-        if getattr(args, flag) <= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "save_every", "keep_checkpoints", "dynamics_every", "fuse_iterations",
-                 "coverage_every", "unroll"):
-        if getattr(args, flag) < 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for field in fields(args):  # inf and nan break every rule below without failing a comparison
-        value = getattr(args, field.name)
+    for name, value in vars(args).items():  # inf and nan break every rule below without failing a comparison
         if isinstance(value, float) and not math.isfinite(value):
-            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
+            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
+    for rule, holds, flags in (
+        ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size",
+                                               "num_layers", "dynamics_batch", "num_seeds", "learning_rate", "max_grad_norm")),
+        ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "save_every", "keep_checkpoints", "dynamics_every",
+                                            "fuse_iterations", "unroll", "ent_coef", "vf_coef", "dormant_tau")),
+        ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda"))):
+        for flag in flags:
+            if not holds(getattr(args, flag)):
+                raise BadFlag(f"--{flag.replace('_', '-')} {rule} (got {getattr(args, flag)})")
     if not 0 <= args.seed <= 2**31 - args.num_seeds:  # the seeds are int32 inside the program
         raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
     if args.track and args.num_seeds > 1:
         raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
-    for flag in ("learning_rate", "max_grad_norm"):
-        if not getattr(args, flag) > 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
         raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
     if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
@@ -981,12 +949,6 @@ def resolve_args(args):
         args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
     if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
         raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
-    for flag in ("ent_coef", "vf_coef", "dormant_tau"):
-        if not getattr(args, flag) >= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("gamma", "gae_lambda"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
     if args.ewma_com is not None and not args.ewma_com >= 0:
         raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
     if args.activation not in ACTIVATIONS:
@@ -1042,16 +1004,6 @@ def resolve_args(args):
     if storage > memory:
         raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}{f' x --num-seeds {args.num_seeds}' * (args.num_seeds > 1)}: "
                       f"the batch alone takes {storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
-    if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
-        raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
-                      f"first of the dynamics/ sample; got {args.coverage_samples})")
-    if args.coverage_samples is None:
-        args.coverage_samples = min(args.dynamics_batch, args.batch_size)
-    if args.dynamics_every and args.coverage_every % args.dynamics_every:
-        raise BadFlag(f"--coverage-every {args.coverage_every} must be a multiple of --dynamics-every {args.dynamics_every} "
-                      "(the states are saved at measured iterations)")
-    if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
-        args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
     args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)  # 0 (by the device): resolve_fuse_iterations
     if args.resume is not None:
         if not os.path.isfile(args.resume):
@@ -1103,28 +1055,6 @@ class SummaryWriter:
 
     def close(self):
         self.file.close()
-
-
-# Coverage (data-collection App. B.7): states of the dynamics/ sample, projected by benchmark/analyze.py --coverage
-def coverage_records(obs, features, iteration, global_step):
-    """The records of one iteration's saved states (obs and features as the update returns them, float16)."""
-    records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "<f2", obs.shape[1:]),
-                                           ("features", "<f2", features.shape[1:])]))
-    records["iteration"], records["global_step"], records["obs"], records["features"] = iteration, global_step, obs, features
-    return records
-
-
-def append_coverage(run_dir, records):
-    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
-    header = os.path.join(run_dir, "coverage.json")
-    if not os.path.exists(header):
-        with open(header, "w") as f:
-            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7",
-                       "dtype": [[name, records.dtype[name].base.str, list(records.dtype[name].shape)]
-                                 for name in records.dtype.names],
-                       "obs": "the observation the policy sees", "features": "the actor's last hidden layer"}, f)
-    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
-        f.write(records.tobytes())
 
 
 def read_checkpoint(path):

@@ -1,26 +1,17 @@
 """PPO and PPO-EWMA in JAX on Kinetix locomotion and gymnax: the analysis tool of the stagnation paper.
 
-"Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel Environments":
-- PPO's outer loop as stochastic optimisation (§3): every iteration logs the size of the policy
-  update (`charts/update_norm`), the KL it moved the policy by and the Data-to-Divergence Ratio
-  (`charts/ddr`, §4.4);
-- PPO-EWMA (§2.2, Hilton et al., 2022) with `--ewma-com C`: the proximal policy is an EWMA of the
-  actor's weights with centre of mass C minibatch steps, decoupled from the behaviour policy; without
-  the flag, standard PPO (proximal = behaviour policy). The loss and the EWMA are openai/ppo-ewma's:
-  the ratio pi / pi_behav bounded by --imp-samp-max in both terms, and the EWMA's bias correction;
-- the environment of §3-4 and App. A: 512 procedurally generated Jax2D morphologies from Kinetix's
-  locomotion distribution, Table 2's hyper-parameters, `charts/solve_rate` over all morphologies;
-  any discrete-action gymnax env (MinAtar, CartPole-v1, ...) with the same defaults (continuous control: Brax, in
-  ppo_ewma_brax.py);
-- the scaling recipes of §5 / App. D; checkpoints that can be resumed with a new COM or clip
-  epsilon (Fig. 3a);
-- the learning-dynamics metrics of the data-collection paper (App. B: feature rank, dormant %, weight
-  norm, gradient kurtosis, ESS, policy variance), defined and tagged as in the torch scripts and
-  computed inside the jitted update on a sample of the batch every --dynamics-every iterations; a few states of
-  that sample are saved for the coverage metric (App. B.7, `benchmark/analyze.py --coverage`).
-PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of
-them scanned in one call (at small batches a call's host cost outweighs an iteration's compute); the
-host loop logs a call's stacked metrics while the next call runs, evaluates and checkpoints.
+- PPO's outer loop as stochastic optimisation (§3): each iteration logs the size of the policy update
+  (`charts/update_norm`), the KL it moved the policy by and the Data-to-Divergence Ratio (`charts/ddr`, §4.4);
+- PPO-EWMA (§2.2, Hilton et al., 2022) with `--ewma-com C`: the proximal policy is an EWMA of the actor's weights with
+  centre of mass C minibatch steps; without the flag, standard PPO. Loss and EWMA as openai/ppo-ewma's (the ratio
+  pi / pi_behav bounded by --imp-samp-max, the EWMA's bias correction);
+- §3-4 / App. A's env: 512 Jax2D morphologies from Kinetix's locomotion distribution, Table 2's hyper-parameters,
+  `charts/solve_rate` over all of them; or any discrete-action gymnax env (continuous control: ppo_ewma_brax.py);
+- §5 / App. D's scaling recipes; checkpoints that resume with a new COM or clip epsilon (Fig. 3a);
+- the data-collection paper's App. B metrics (feature rank, dormant %, weight norm, gradient kurtosis, ESS, policy
+  variance), as the torch scripts define them, inside the jitted update every --dynamics-every iterations.
+PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of them scanned in
+one call; the host logs a call's metrics while the next call runs.
 """
 import json
 import math
@@ -33,7 +24,7 @@ import time
 import traceback
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from fractions import Fraction
 from functools import lru_cache, partial
 from typing import NamedTuple, Optional
@@ -53,13 +44,11 @@ from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.summary.writer import event_file_writer
 from tqdm import tqdm
 
-# --fuse-iterations 0: iterations per jitted call until a call trains on this many transitions. Below it a call's
-# fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute: on a 2-core CPU
-# 32,768 transitions take ~0.5-1 s; a GPU trains them in a few milliseconds and needs ~64 times more per call.
+# --fuse-iterations 0: iterations per call until a call trains on this many transitions (below, a call's host cost,
+# dispatch and logging, is a large share: 32,768 transitions take ~0.5-1 s on 2 CPU cores, a few ms on a GPU)
 FUSE_TRANSITIONS = {"cpu": 32_768, "accelerator": 2_097_152}
-# a call takes no more iterations than end within this many seconds of its start (measured on the calls before it):
-# a signal is honoured at the end of the running call, so a raised --fuse-iterations never makes a SIGTERM wait for
-# the whole run (the running call and the one queued behind it: Slurm sends SIGKILL 30 s after SIGTERM by default)
+# a call takes no more iterations than end within this many seconds (measured on the calls before it): a signal is
+# honoured at the end of the running call, and Slurm sends SIGKILL 30 s after SIGTERM by default
 CALL_SECONDS = 5.0
 UNROLL = {"cpu": 1, "accelerator": 4}  # --unroll 0 by the device (benchmark/profile_jax.py --variant unroll=K measures it)
 LR_BLOCK = 65_536  # iterations whose logged learning rates are computed at once
@@ -81,15 +70,13 @@ class Args:
 
     # Environment
     env_id: str = "locomotion"
-    """`locomotion` (Kinetix's procedural locomotion morphologies) or a discrete-action gymnax id such as
-    SpaceInvaders-MinAtar or CartPole-v1"""
+    """`locomotion` (Kinetix's procedural morphologies) or a discrete-action gymnax id such as CartPole-v1"""
     env_size: str = "m"  # the paper does not name one; m (Kinetix's medium size) is this project's choice
     """Kinetix static size of the locomotion levels: s, m or l (locomotion only)"""
     num_morphologies: int = 512
-    """number of locomotion levels, sampled once from --seed; each episode starts on one of them at random
-    (locomotion only)"""
+    """locomotion levels, sampled once from --seed; each episode starts on a random one (locomotion only)"""
     eval_every: int = 10
-    """evaluate `charts/solve_rate` on every morphology every this many iterations (0 = never; locomotion only)"""
+    """evaluate `charts/solve_rate` on every morphology every this many iterations (0: never; locomotion only)"""
 
     # Algorithm specific arguments (stagnation paper, Table 2, Jax2D locomotion column)
     total_timesteps: int = 500_000_000  # the paper gives no budget for locomotion; 5e8 is this project's choice
@@ -131,8 +118,7 @@ class Args:
     num_layers: int = 3
     """hidden layers of the actor's and the critic's MLP"""
     activation: str = "tanh"  # PureJaxRL's; the data-collection paper's networks (Nature CNN, IMPALA) are ReLU
-    """the hidden layers' nonlinearity, tanh or relu (a ReLU unit that never fires is exactly 0, a tanh unit only near
-    0: dormant neurons, data-collection App. B.2, are a ReLU network's failure)"""
+    """the hidden layers' nonlinearity, tanh or relu (dormant neurons, App. B.2, are a ReLU network's failure)"""
 
     # PPO-EWMA (stagnation §2.2; Hilton et al., 2022)
     ewma_com: Optional[float] = None
@@ -140,8 +126,8 @@ class Args:
     ewma_bias_correction: bool = True
     """count the initial copy as one sample of the EWMA, as openai/ppo-ewma's EwmaModel does (total_weight)"""
     imp_samp_max: Optional[float] = None
-    """bound of the ratio pi / pi_behaviour (openai/ppo-ewma's logp_adj); 0 = no bound (default: 100 with --ewma-com,
-    as openai/ppo-ewma; none in PPO mode, as PureJaxRL's, CleanRL's and Kinetix's PPO)"""
+    """bound of the ratio pi / pi_behaviour (openai/ppo-ewma's logp_adj), 0: none (default: 100 with --ewma-com, as
+    openai/ppo-ewma; none for PPO, as PureJaxRL, CleanRL and Kinetix)"""
 
     # Scaling recipes (stagnation paper §5, App. D)
     scaling_recipe: str = "none"
@@ -160,34 +146,26 @@ class Args:
     """number of states of the current batch the dynamics/ metrics are computed on"""
     dormant_tau: float = 0.025
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
-    coverage_samples: Optional[int] = None
-    """first states of the dynamics/ sample saved to runs/<run>/coverage.bin for the coverage metric (App. B.7): the
-    observation and the actor's penultimate features, float16; unset: the whole sample (--dynamics-batch); 0 disables"""
-    coverage_every: int = 0
-    """save them at iteration 1 and every this many iterations, a multiple of --dynamics-every (0: about 20 saves)"""
 
     # Speed
     num_seeds: int = 1
-    """train this many seeds (--seed, --seed + 1, ...) in one program, vmapped as PureJaxRL vmaps `train`; each seed
-    writes its own run, runs/<env>__<exp-name>__<seed>__<time>, with the numbers it would have alone"""
+    """train seeds --seed, --seed + 1, ... in one vmapped program, as PureJaxRL vmaps `train`; each writes its own run,
+    with the numbers it would have alone"""
     fuse_iterations: int = 0
-    """iterations per jitted call (a lax.scan over iterations, metrics stacked and fetched once after the call); 0 = as
-    many as fill 32,768 transitions of all seeds on a CPU, 2,097,152 on a GPU or TPU (at least 1), at most --eval-every
-    (locomotion) and --save-every; a call also ends at each evaluation and checkpoint"""
+    """iterations per jitted call (scanned, their metrics fetched once); 0: as many as fill 32,768 transitions of all
+    seeds on a CPU, 2,097,152 on a GPU or TPU; a call also ends at each evaluation and checkpoint"""
     unroll: int = 0
-    """steps of the rollout, GAE and minibatch scans unrolled into straight-line code (lax.scan's `unroll`; the same
-    computation, float rounding aside): fewer loop trips, which cost a GPU most at small batches, against a longer
-    compilation; 0 = 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
+    """steps of the rollout, GAE and minibatch scans unrolled (lax.scan's `unroll`; the same computation, float
+    rounding aside); 0: 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
     transitions, else 1"""
     compile_cache: bool = True
-    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
-    a rerun with the same shapes skips compilation (--no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false: off)"""
+    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax)"""
 
     # Checkpoints
     save_every: int = 0
-    """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0 = never)"""
+    """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0: never)"""
     keep_checkpoints: int = 3
-    """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
+    """keep the run's newest this many checkpoints (0: keep every one)"""
     resume: Optional[str] = None
     """continue from this checkpoint; --ewma-com, --clip-coef and other non-structural flags may change"""
 
@@ -235,9 +213,7 @@ def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_min
 class EnvFns(NamedTuple):
     sample_levels: callable  # rng -> levels (a pytree with a leading num_morphologies axis, or a dummy)
     reset: callable  # (keys, levels, level_ids) -> obs, state
-    # (keys, state, action, levels, level_ids) -> obs, state, reward (the one trained on), done, solved, score (the
-    # environment's own reward, summed into the logged episodic return)
-    step: callable
+    step: callable  # (keys, state, action, levels, level_ids) -> obs, state, reward, done, solved
     obs_dim: int
     action_dims: tuple  # categories of each action dimension (one categorical each)
     max_episode_steps: int
@@ -268,10 +244,9 @@ def make_env(args):
 
         def step(keys, state, action, levels, ids):
             # the reset state of an episode that ends here is the morphology `ids` (Kinetix's override)
-            obs, state, reward, done, info = jax.vmap(env.step, (0, 0, 0, None, 0))(
-                keys, state, action, env_params, pick(levels, ids)
-            )
-            return obs, state, reward, done, info["GoalR"] & done, reward
+            obs, state, reward, done, info = jax.vmap(env.step, (0, 0, 0, None, 0))(keys, state, action, env_params,
+                                                                                   pick(levels, ids))
+            return obs, state, reward, done, info["GoalR"] & done
 
         space = env.action_space(env_params)
         dims = tuple(int(n) for n in np.asarray(space.number_of_dims_per_distribution))
@@ -286,7 +261,7 @@ def make_env(args):
 
     def step(keys, state, action, levels, ids):
         obs, state, reward, done, _ = jax.vmap(env.step, (0, 0, 0, None))(keys, state, action[:, 0], env_params)
-        return obs.reshape(len(keys), -1), state, reward, done, jnp.zeros_like(done), reward
+        return obs.reshape(len(keys), -1), state, reward, done, jnp.zeros_like(done)
 
     obs_dim = int(np.prod(env.observation_space(env_params).shape))
     return EnvFns(lambda rng: jnp.zeros(1), reset, step, obs_dim, (int(env.action_space(env_params).n),),
@@ -578,15 +553,11 @@ def make_train(args, env):
             "dynamics/policy_variance": policy_variance(dist, mask),
             "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(dist, action[sample]) - behav_logprob[sample])),
             "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
-            # states for the coverage metric (App. B.7): the first --coverage-samples of the sample; the host fetches
-            # and writes those of the --coverage-every iterations
-            "coverage/obs": obs[sample[: args.coverage_samples]].astype(jnp.float16),
-            "coverage/features": actor_hidden[-1][: args.coverage_samples].astype(jnp.float16),
         }
 
     @jax.jit  # jitted so that its trace is cached: `update` asks for its shapes, then calls it
     def measured(start_params, prox_params, params, batch, first_epoch_key, k_epochs, h):
-        """The dynamics/ metrics of an iteration (and its coverage states)."""
+        """The dynamics/ metrics of an iteration."""
         # the first minibatch of the first epoch, as update_epoch draws it, at the parameters it saw: its raw gradient
         first = jax.random.permutation(first_epoch_key, args.batch_size)[: args.minibatch_size]
         first_grads, _ = minibatch_grads(start_params, prox_params, jax.tree.map(lambda x: x[first], batch), h)
@@ -605,10 +576,9 @@ def make_train(args, env):
             dist = policy(runner.params["actor"], runner.obs)
             action = jax.random.categorical(k_action, dist)
             value = value_fn(runner.params["critic"], runner.obs)
-            obs, env_state, reward, done, solved, score = env.step(
-                jax.random.split(k_env, args.num_envs), runner.env_state, action, levels, runner.level_ids
-            )
-            episode_return = runner.episode_return + score
+            obs, env_state, reward, done, solved = env.step(jax.random.split(k_env, args.num_envs), runner.env_state, action,
+                                                            levels, runner.level_ids)
+            episode_return = runner.episode_return + reward
             episode_length = runner.episode_length + 1
             # an env whose episode ended has just been reset onto runner.level_ids: draw its next one (locomotion)
             level_ids = jnp.where(done, random_level_ids(k_ids), runner.level_ids) if levelled else runner.level_ids
@@ -707,7 +677,7 @@ def make_train(args, env):
             obs, state, running, solved, returns = carry
             k_action, k_env = jax.random.split(rng)
             action = jax.random.categorical(k_action, policy(params["actor"], obs))
-            obs, state, reward, done, goal, _ = env.step(jax.random.split(k_env, args.num_morphologies), state, action, levels, ids)
+            obs, state, reward, done, goal = env.step(jax.random.split(k_env, args.num_morphologies), state, action, levels, ids)
             solved = solved | (running & goal)
             returns = returns + reward * running
             return (obs, state, running & ~done, solved, returns), None
@@ -774,9 +744,8 @@ def main(args, stop):
             runner, metrics = jax.tree.map(lambda x: x[None], (runner, metrics))
         else:
             runner, metrics = jax.vmap(update, in_axes=(0, 0, None, None, None))(runner, levels, measure, active, hyper)
-        tags[:] = [tag for tag in metrics if not tag.startswith("coverage/")]
-        scalars = jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
-        return runner, scalars, (metrics["coverage/obs"], metrics["coverage/features"])
+        tags[:] = list(metrics)
+        return runner, jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
 
     # the update (and the evaluation) compile on a second thread while this one sets the run up
     train_call = jax.jit(train_call, donate_argnums=0)
@@ -798,12 +767,9 @@ def main(args, stop):
     )
     if args.ewma_com is not None:
         steps = args.update_epochs * args.num_minibatches
-        print(
-            f"PPO-EWMA: COM {args.ewma_com:g} minibatch steps against {steps} minibatch steps per iteration, over which "
-            f"PPO's proximal policy lags by (steps - 1) / 2 = {(steps - 1) / 2:g} on average (COM / lag = "
-            f"{args.ewma_com / max((steps - 1) / 2, 0.5):.2g}). A COM far below that lag lets the policy move far from the "
-            "behaviour policy within one iteration: watch losses/approx_kl and losses/entropy (docs/ppo_ewma_jax.md, PPO-EWMA)."
-        )
+        print(f"PPO-EWMA: COM {args.ewma_com:g}; PPO's proximal policy lags (steps - 1) / 2 = {(steps - 1) / 2:g} of the {steps} "
+              f"minibatch steps of an iteration on average (COM / lag = {args.ewma_com / max((steps - 1) / 2, 0.5):.2g}); far "
+              "below it, watch losses/approx_kl and losses/entropy (docs/ppo_ewma_jax.md, PPO-EWMA)")
     if args.track:
         import wandb
 
@@ -836,22 +802,17 @@ def main(args, stop):
 
     learning_rates(start_iteration // LR_BLOCK)
 
-    def log_call(first, last, measure, scalars, states):
+    def log_call(first, last, measure, scalars):
         """Log iterations first..last of one call, each at its own step, one event per iteration and seed. The call's
         wall time (from the previous call's metrics to this one's) is shared evenly among its iterations."""
         nonlocal global_step, logged_time, call_iterations
-        numbers = np.arange(first, last + 1)
-        saves = measure[: len(numbers)] & (args.coverage_samples > 0) & ((numbers == 1) | (numbers % max(args.coverage_every, 1) == 0))
-        # the call's own buffers only: an indexing op would queue behind the call that is running now and wait for it
-        scalars, states = jax.device_get((scalars, states if saves.any() else None))
-        now = time.time()
-        for i, iteration in enumerate(numbers):
+        # the call's own buffer whole: an indexing op would queue behind the call that is running now and wait for it
+        scalars, now = jax.device_get(scalars), time.time()
+        for i, iteration in enumerate(range(first, last + 1)):
             global_step += args.batch_size
             seconds = logged_time + (now - logged_time) * (i + 1) / (last - first + 1) - start_time
-            for s, (name, writer) in enumerate(zip(run_names, writers)):
+            for s, writer in enumerate(writers):
                 metrics = dict(zip(tags, scalars[s, i].tolist()))
-                if saves[i]:
-                    append_coverage(f"runs/{name}", coverage_records(states[0][s, i], states[1][s, i], iteration, global_step))
                 if not measure[i]:
                     metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
                 episodes = metrics.pop("episodes")
@@ -897,10 +858,10 @@ def main(args, stop):
         numbers = np.arange(iteration + 1, iteration + args.fuse_iterations + 1)
         active = numbers <= last
         measure = active & (args.dynamics_every > 0) & ((numbers % max(args.dynamics_every, 1) == 0) | (numbers == 1))
-        runner, *stacked = train_call(runner, levels, measure, active, hyper)
+        runner, scalars = train_call(runner, levels, measure, active, hyper)
         if pending:  # the previous call's metrics are logged while this call computes (JAX dispatches asynchronously)
             log_call(*pending)
-        pending, iteration = (iteration + 1, last, measure, *stacked), last
+        pending, iteration = (iteration + 1, last, measure, scalars), last
         stopping = stop.signum is not None and iteration < args.num_iterations  # read once: it may change any time
         evaluate_now = locomotion and args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations)
         save_now = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations) or stopping
@@ -926,15 +887,13 @@ def main(args, stop):
 
 
 # =============================================================================================
-# Plumbing: flag checks, logging, coverage states, checkpoints, signals, compilation settings
+# Plumbing: flag checks, logging, checkpoints, signals, compilation settings
 # =============================================================================================
 ENV_SIZES = ("s", "m", "l")
 # flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
 STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers", "activation", "num_seeds")
 # Kinetix locomotion's own flags, at their defaults: another env has no use for them, and refuses a value given
 LOCOMOTION_FLAGS = {"env_size": "m", "num_morphologies": 512, "eval_every": 10}
-# Brax's flags, which this script had until ppo_ewma_brax.py took them: an older checkpoint's metadata lists them
-BRAX_FLAGS = ("brax_backend", "brax_fresh_starts", "norm_obs", "norm_reward")
 
 
 class BadFlag(ValueError):
@@ -961,25 +920,23 @@ def resolve_args(args):
     if args.env_id != "locomotion" and args.env_id not in gymnax.registered_envs:
         raise BadFlag(f"--env-id must be `locomotion` or a gymnax id such as CartPole-v1 (got {args.env_id!r}; Brax's "
                       "continuous control: ppo_ewma_brax.py)")
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "num_morphologies", "hidden_size", "num_layers",
-                 "dynamics_batch", "num_seeds"):
-        if getattr(args, flag) <= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    for flag in ("minibatch_size", "eval_every", "save_every", "keep_checkpoints", "dynamics_every", "fuse_iterations",
-                 "coverage_every", "unroll"):
-        if getattr(args, flag) < 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for field in fields(args):  # inf and nan break every rule below without failing a comparison
-        value = getattr(args, field.name)
+    for name, value in vars(args).items():  # inf and nan break every rule below without failing a comparison
         if isinstance(value, float) and not math.isfinite(value):
-            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
+            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
+    for rule, holds, flags in (
+        ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "num_morphologies",
+                                               "hidden_size", "num_layers", "dynamics_batch", "num_seeds", "learning_rate",
+                                               "max_grad_norm")),
+        ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "eval_every", "save_every", "keep_checkpoints", "dynamics_every",
+                                            "fuse_iterations", "unroll", "ent_coef", "vf_coef", "dormant_tau")),
+        ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda"))):
+        for flag in flags:
+            if not holds(getattr(args, flag)):
+                raise BadFlag(f"--{flag.replace('_', '-')} {rule} (got {getattr(args, flag)})")
     if not 0 <= args.seed <= 2**31 - args.num_seeds:  # the seeds are int32 inside the program
         raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
     if args.track and args.num_seeds > 1:
         raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
-    for flag in ("learning_rate", "max_grad_norm"):
-        if not getattr(args, flag) > 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
         raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
     if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
@@ -988,12 +945,6 @@ def resolve_args(args):
         args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
     if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
         raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
-    for flag in ("ent_coef", "vf_coef", "dormant_tau"):
-        if not getattr(args, flag) >= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("gamma", "gae_lambda"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
     if args.ewma_com is not None and not args.ewma_com >= 0:
         raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
     if args.activation not in ACTIVATIONS:
@@ -1045,30 +996,18 @@ def resolve_args(args):
     if storage > memory:
         raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}{f' x --num-seeds {args.num_seeds}' * (args.num_seeds > 1)}: "
                       f"the batch alone takes {storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
-    if args.coverage_samples is not None and not 0 <= args.coverage_samples <= args.dynamics_batch:
-        raise BadFlag(f"--coverage-samples must lie in [0, --dynamics-batch {args.dynamics_batch}] (the states are the "
-                      f"first of the dynamics/ sample; got {args.coverage_samples})")
-    if args.coverage_samples is None:
-        args.coverage_samples = min(args.dynamics_batch, args.batch_size)
-    if args.dynamics_every and args.coverage_every % args.dynamics_every:
-        raise BadFlag(f"--coverage-every {args.coverage_every} must be a multiple of --dynamics-every {args.dynamics_every} "
-                      "(the states are saved at measured iterations)")
-    if args.dynamics_every and not args.coverage_every:  # about 20 saves, at measured iterations
-        args.coverage_every = max(1, round(args.num_iterations / 20 / args.dynamics_every)) * args.dynamics_every
     args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)  # 0 (by the device): resolve_fuse_iterations
     if args.resume is not None:
         if not os.path.isfile(args.resume):
             raise BadFlag(f"--resume {args.resume}: no such file")
         try:
             meta, _ = read_checkpoint(args.resume)
-            meta.get("args", {}).setdefault("num_seeds", 1)  # checkpoints from before --num-seeds
-            meta.get("args", {}).setdefault("activation", "tanh")  # and --activation
             missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
             missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
         except Exception as e:  # a truncated or foreign file
             raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
         this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
-        foreign = set(meta.get("args", {})) - set(asdict(args)) - set(BRAX_FLAGS)
+        foreign = set(meta.get("args", {})) - set(asdict(args))
         written_by = meta.get("script") or ("another script" if foreign else this)
         if written_by != this:
             raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
@@ -1108,27 +1047,6 @@ class SummaryWriter:
 
     def close(self):
         self.file.close()
-
-
-# Coverage (data-collection App. B.7): states of the dynamics/ sample, projected by benchmark/analyze.py --coverage
-def coverage_records(obs, features, iteration, global_step):
-    """The records of one iteration's saved states (obs and features as the update returns them, float16)."""
-    records = np.zeros(len(obs), np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "<f2", obs.shape[1:]),
-                                           ("features", "<f2", features.shape[1:])]))
-    records["iteration"], records["global_step"], records["obs"], records["features"] = iteration, global_step, obs, features
-    return records
-
-
-def append_coverage(run_dir, records):
-    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
-    header = os.path.join(run_dir, "coverage.json")
-    if not os.path.exists(header):
-        with open(header, "w") as f:
-            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7", "dtype": [
-                [name, records.dtype[name].base.str, list(records.dtype[name].shape)] for name in records.dtype.names],
-                "obs": "the observation the policy sees", "features": "the actor's last hidden layer"}, f)
-    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
-        f.write(records.tobytes())
 
 
 def read_checkpoint(path):
@@ -1219,15 +1137,15 @@ def filling_iterations(args, device=None):
 
 def resolve_fuse_iterations(args, device=None):
     """--fuse-iterations 0 and --unroll 0: their values on `device` ("cpu" or "accelerator"; None: the one this process
-    trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU
-    machine takes no GPU)."""
+    trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU machine
+    takes no GPU)."""
     device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
     if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
         evals = args.eval_every if args.env_id == "locomotion" else 0
         intervals = [every for every in (evals, args.save_every) if every]
         args.fuse_iterations = min([filling_iterations(args, device), args.num_iterations] + intervals)
-    if args.unroll == 0:  # only where a call holds several iterations of small batches: there the loop trips cost (on
-        # an H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: docs/ppo_ewma_jax.md)
+    if args.unroll == 0:  # only where a call holds several iterations of small batches, where loop trips cost (on an
+        # H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: docs/ppo_ewma_jax.md)
         small = args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device]
         args.unroll = UNROLL[device] if small and args.fuse_iterations > 1 else 1
     return args

@@ -29,7 +29,7 @@ import time
 import traceback
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from fractions import Fraction
 from functools import cache, partial
 from typing import NamedTuple, Optional
@@ -1066,15 +1066,20 @@ def resolve_args(args, num_devices=None):
         raise BadFlag(f"--seed must lie in [0, 2**31) (got {args.seed})")
     resolve_preset(args)
     args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
-    for field in fields(args):  # inf and nan break every rule below without failing a comparison
-        value = getattr(args, field.name)
+    for name, value in vars(args).items():  # inf and nan break every rule below without failing a comparison
         if isinstance(value, float) and not math.isfinite(value):
-            raise BadFlag(f"--{field.name.replace('_', '-')} must be a finite number (got {value})")
-    for flag in ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size", "num_layers", "num_eval_levels",
-                 "eval_num_attempts", "sfl_num_candidates", "sfl_update_period", "sfl_buffer_size",
-                 "sfl_rollout_length"):
-        if getattr(args, flag) <= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
+            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
+    for rule, holds, flags in (
+        ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size",
+                                               "num_layers", "num_eval_levels", "eval_num_attempts", "sfl_num_candidates",
+                                               "sfl_update_period", "sfl_buffer_size", "sfl_rollout_length",
+                                               "learning_rate", "max_grad_norm")),
+        ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "eval_every", "save_every", "keep_checkpoints",
+                                            "dense_reward_scale", "ent_coef", "vf_coef")),
+        ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda", "sfl_sample_ratio"))):
+        for flag in flags:
+            if not holds(getattr(args, flag)):
+                raise BadFlag(f"--{flag.replace('_', '-')} {rule} (got {getattr(args, flag)})")
     check_distributed(args)
     for flag in ("num_envs", "sfl_num_candidates"):  # global env and level ids are int32 in the programs
         if getattr(args, flag) >= 2**31:
@@ -1092,12 +1097,6 @@ def resolve_args(args, num_devices=None):
     if num_devices != 0 and storage > memory:
         raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: a device's batch alone takes "
                       f"{storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
-    for flag in ("minibatch_size", "eval_every", "save_every", "keep_checkpoints", "dense_reward_scale", "ent_coef", "vf_coef"):
-        if not getattr(args, flag) >= 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(args, flag)})")
-    for flag in ("learning_rate", "max_grad_norm"):
-        if not getattr(args, flag) > 0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
     if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
         raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
     if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
@@ -1108,9 +1107,6 @@ def resolve_args(args, num_devices=None):
         raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
     if args.ewma_com is not None and not args.ewma_com >= 0:
         raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
-    for flag in ("gamma", "gae_lambda", "sfl_sample_ratio"):
-        if not 0.0 <= getattr(args, flag) <= 1.0:
-            raise BadFlag(f"--{flag.replace('_', '-')} must lie in [0, 1] (got {getattr(args, flag)})")
     if args.sfl_buffer_size > args.sfl_num_candidates:
         raise BadFlag(f"--sfl-buffer-size {args.sfl_buffer_size} must not exceed --sfl-num-candidates {args.sfl_num_candidates}")
     for flag in ("num_envs", "sfl_num_candidates"):

@@ -54,9 +54,9 @@ def shared_runs(minutes, **kwargs):
     return decorate
 
 
-def assert_coverage(workdir, iterations, obs_shape, feature_dim, samples, relu=True):
+def assert_coverage(workdir, iterations, obs_shape, feature_dim, samples):
     """The states a run saved for the coverage metric: `samples` of each measured iteration, the global step of
-    each, the thumbnail shape, and penultimate features, finite (after a ReLU: >= 0)."""
+    each, the thumbnail shape, and penultimate features, finite and >= 0 (after a ReLU)."""
     from benchmark.coverage_metric import read_coverage
 
     records = read_coverage(workdir)
@@ -64,7 +64,7 @@ def assert_coverage(workdir, iterations, obs_shape, feature_dim, samples, relu=T
     assert len(set(records["global_step"][records["iteration"] == iterations[-1]].tolist())) == 1
     assert records["obs"].shape[1:] == obs_shape and records["features"].shape[1:] == (feature_dim,)
     assert np.all(np.isfinite(records["features"])) and np.abs(records["features"]).max() > 0
-    assert records["features"].min() >= 0 or not relu
+    assert records["features"].min() >= 0
 
 
 def reference_gae(rewards, values, dones, next_value, next_done, gamma, lam):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from helpers import (assert_bad_input, assert_coverage, assert_refused, load_script, read_values, run_copy, run_dirs,
+from helpers import (assert_bad_input, assert_refused, load_script, read_values, run_copy, run_dirs,
                      shared_runs)
 
 SCRIPT = "ppo_ewma_brax"
@@ -241,14 +241,7 @@ def test_ant_logs_every_tag_and_ddr_is_the_batch_over_the_exact_kl(ant_run):
     np.testing.assert_allclose(scalars["losses/entropy"][0], 8 * 0.5 * (1 + np.log(2 * np.pi)), atol=0.1)
     assert all(0 < v <= 100 for v in scalars["dynamics/ess_pct"]) and all(v > 0 for v in scalars["dynamics/policy_variance"])
     assert "brax_backend" in texts["hyperparameters/text_summary"][0]
-    # the coverage states: the 27 observed numbers and the actor's 256 tanh units, at iterations 1, 2, 4
-    assert_coverage(ant_run, [1, 2, 4], (27,), 256, samples=64, relu=False)
-    # raw, not normalised (the running normalisation divides out the spread coverage measures): Ant's first observed
-    # number is its torso's height, 0.2-1.5 m while it lives; normalised, about half the values would be negative
-    from benchmark.coverage_metric import read_coverage
-
-    height = read_coverage(ant_run)["obs"][:, 0].astype(np.float32)
-    assert np.all((0.2 < height) & (height < 1.5)), height
+    assert not (run_dirs(ant_run)[0] / "coverage.bin").exists()  # the coverage metric is the torch scripts' (Atari, Procgen)
 
 
 def test_ant_resumes_exactly_with_its_normalisation_statistics(ant_run, tmp_path):

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from benchmark.coverage_metric import read_coverage
-from helpers import (assert_bad_input, assert_coverage, assert_refused, assert_schedule_is_optax, finish, load_script,
+from helpers import (assert_bad_input, assert_refused, assert_schedule_is_optax, finish, load_script,
                      read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
 
 SCRIPT = "ppo_ewma_jax"
@@ -385,7 +384,7 @@ def first_update_metrics(ewma, measure=False, traced=False, **flags):
     else:
         update, runner, levels = tiny_update.__wrapped__(ewma, tuple(sorted(flags.items())))
     _, metrics = update(runner, levels, jnp.asarray([measure]), jnp.asarray([True]), values if traced else None)
-    return {tag: float(value[0]) for tag, value in metrics.items() if not tag.startswith("coverage/")}  # scalars
+    return {tag: float(value[0]) for tag, value in metrics.items()}
 
 
 def test_fused_iterations_are_the_iterations_one_by_one(ewma):
@@ -403,9 +402,9 @@ def test_fused_iterations_are_the_iterations_one_by_one(ewma):
     for i in range(3):
         runner, metrics = update(runner, levels, measure[i:i + 1], jnp.asarray([True]))
         one_by_one.append(metrics)
-    for tag, values in stacked.items():  # the coverage/ states are float16 arrays, the rest scalars
+    for tag, values in stacked.items():
         np.testing.assert_allclose(values, np.stack([np.asarray(m[tag][0], np.float32) for m in one_by_one]), rtol=1e-5,
-                                   atol=2e-3 if tag.startswith("coverage/") else 1e-7, err_msg=tag)
+                                   atol=1e-7, err_msg=tag)
     for a, b in zip(jax.tree.leaves(fused), jax.tree.leaves(runner)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     feature_rank = stacked["dynamics/feature_rank"]
@@ -571,8 +570,8 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     iterations 1, 3 and 6, the training clock rising, and the same numbers as the run one iteration a call."""
     flags = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2", "--update-epochs",
              "1", "--total-timesteps", "224", "--dynamics-every", "3"]
-    for fuse, extra in (("3", []), ("1", []), ("3_no_states", ["--coverage-samples", "0"])):
-        result = run_script(flags + ["--fuse-iterations", fuse[0]] + extra, tmp_path / fuse)
+    for fuse in ("3", "1"):
+        result = run_script(flags + ["--fuse-iterations", fuse], tmp_path / fuse)
         assert result.returncode == 0, result.stderr[-3000:]
     events = read_tensorboard_run(run_dirs(tmp_path / "3")[0])[0]
     assert [e.step for e in events["losses/approx_kl"]] == [32 * i for i in range(1, 8)]
@@ -582,19 +581,6 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     fused, single = read_values(run_dirs(tmp_path / "3")[0])[0], read_values(run_dirs(tmp_path / "1")[0])[0]
     for tag in LOSS_TAGS[:4] + ["dynamics/feature_rank", "charts/episodic_return"]:
         np.testing.assert_allclose(fused[tag], single[tag], rtol=1e-4, err_msg=tag)
-    # the states saved for the coverage metric: the whole batch (32 states, within --dynamics-batch) at each measured
-    # iteration, CartPole's 4 numbers and the actor's 256 tanh units (its last hidden layer), fused or not the same
-    assert_coverage(tmp_path / "3", [1, 3, 6], (4,), 256, samples=32, relu=False)
-    fused_states, single_states = read_coverage(tmp_path / "3"), read_coverage(tmp_path / "1")
-    assert fused_states["global_step"].tolist() == single_states["global_step"].tolist() == [32] * 32 + [96] * 32 + [192] * 32
-    np.testing.assert_allclose(fused_states["obs"], single_states["obs"], atol=1e-3)
-    np.testing.assert_allclose(fused_states["features"], single_states["features"], atol=2e-3)
-    assert np.abs(fused_states["features"]).max() <= 1  # tanh
-    # without them (a program without those outputs) the run logs the same numbers
-    without, _ = read_values(run_dirs(tmp_path / "3_no_states")[0])
-    for tag in LOSS_TAGS[:4] + ["dynamics/feature_rank", "dynamics/weight_norm", "charts/episodic_return"]:
-        np.testing.assert_allclose(without[tag], fused[tag], rtol=1e-6, err_msg=tag)
-    assert read_coverage(tmp_path / "3_no_states") is None
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -604,8 +590,6 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--dynamics-batch", "0"], "--dynamics-batch must be positive"),
     (["--dormant-tau", "nan"], "--dormant-tau must be a finite number"),
     (["--dormant-tau", "-0.1"], "--dormant-tau must be >= 0"),
-    (["--coverage-samples=-1"], "--coverage-samples must lie in [0, --dynamics-batch 1024]"),
-    (["--coverage-every=-2"], "--coverage-every must be >= 0"),
     (["--ewma-com", "inf"], "--ewma-com must be a finite number"),
     (["--learning-rate", "inf"], "--learning-rate must be a finite number"),
     (["--gamma", "nan"], "--gamma must be a finite number"),
@@ -658,7 +642,7 @@ def seed_runs(tmp_path_factory, fast_compile):
 
 def test_seeds_in_one_program_log_what_each_logs_alone(seed_runs):
     """--num-seeds 3: a run per seed, named by its seed; the middle one logs the numbers of the lone run of that seed
-    (a vmapped program: the same computation, summed in another order), dynamics/ and coverage states included."""
+    (a vmapped program: the same computation, summed in another order), dynamics/ included."""
     runs = run_dirs(seed_runs / "three")
     assert [run.name.split("__")[2] for run in runs] == ["2", "3", "4"]
     together, texts = read_values(runs[1])
@@ -670,14 +654,6 @@ def test_seeds_in_one_program_log_what_each_logs_alone(seed_runs):
             np.testing.assert_allclose(together[tag], alone[tag], rtol=2e-4, atol=1e-6, err_msg=tag)
     others = [read_values(run)[0]["losses/policy_loss"] for run in (runs[0], runs[2])]
     assert not np.allclose(others[0], together["losses/policy_loss"]) and not np.allclose(others[1], others[0])
-    def states(run):  # one TensorBoard run's coverage records (read_coverage merges every run of a directory)
-        spec = json.loads((run / "coverage.json").read_text())
-        dtype = np.dtype([(name, base, tuple(shape)) for name, base, shape in spec["dtype"]])
-        return np.frombuffer((run / "coverage.bin").read_bytes(), dtype)
-
-    states_together, states_alone = states(runs[1]), states(run_dirs(seed_runs / "lone")[0])
-    assert states_together["iteration"].tolist() == states_alone["iteration"].tolist() and len(states_alone) > 0
-    np.testing.assert_allclose(states_together["features"], states_alone["features"], atol=2e-3)
 
 
 def test_a_checkpoint_of_several_seeds_resumes_exactly_and_only_with_them(seed_runs, tmp_path):
@@ -726,23 +702,6 @@ def test_resume_from_a_checkpoint_of_another_shape_is_refused(ewma, cartpole_che
 def test_resume_from_a_checkpoint_whose_metadata_lacks_the_flags_is_refused(ewma, tmp_path):
     np.savez(tmp_path / "other.npz", meta=np.array('{"num_leaves": 0, "iteration": 1}'))
     assert_refused(ewma, ["--env-id", "CartPole-v1", "--resume", tmp_path / "other.npz"], "its metadata lacks global_step, args")
-
-
-def test_a_checkpoint_from_before_the_brax_split_is_still_this_scripts(ewma, tmp_path):
-    """Checkpoints written before they named their script, by the version that also trained Brax, list Brax's flags:
-    they are not another script's for it."""
-    structural = {"env_id": "CartPole-v1", "env_size": "m", "num_morphologies": 512, "num_envs": 4, "hidden_size": 256,
-                  "num_layers": 3, "activation": "tanh", "num_seeds": 1}
-    meta = {"num_leaves": 0, "iteration": 1, "global_step": 32,
-            "args": {**structural, "brax_backend": "positional", "brax_fresh_starts": False, "norm_obs": True,
-                     "norm_reward": True}}
-    np.savez(tmp_path / "old.npz", meta=np.array(json.dumps(meta)))
-    flags = dict(env_id="CartPole-v1", num_envs=4, num_steps=8, num_minibatches=2, total_timesteps=128)
-    assert ewma.resolve_args(ewma.Args(**flags, resume=str(tmp_path / "old.npz"))).resume == str(tmp_path / "old.npz")
-    meta["args"]["a_flag_of_no_script_here"] = 1  # a flag no version of this script had: another script's
-    np.savez(tmp_path / "other.npz", meta=np.array(json.dumps(meta)))
-    with pytest.raises(ewma.BadFlag, match="is a checkpoint of another script"):
-        ewma.resolve_args(ewma.Args(**flags, resume=str(tmp_path / "other.npz")))
 
 
 def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(ewma, tmp_path):
@@ -905,7 +864,7 @@ def test_ppo_ewma_learns_at_table_2_structure_with_a_com_near_ppos_lag(tmp_path)
     result = run_script(["--env-id", "CartPole-v1", "--num-envs", "8", "--num-steps", "256", "--total-timesteps", "120000",
                          "--ewma-com", "128"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "against 256 minibatch steps per iteration" in result.stdout and "= 127.5 on average" in result.stdout
+    assert "lags (steps - 1) / 2 = 127.5 of the 256 minibatch steps of an iteration" in result.stdout
     assert best_10_iteration_return(tmp_path) >= 250, f"best 10-iteration mean return {best_10_iteration_return(tmp_path):.1f}"
 
 

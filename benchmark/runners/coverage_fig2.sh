@@ -9,7 +9,7 @@
 # shared through the run store: runs finished before the states were saved have none, and the report counts them)
 # and G = 32 (analyze.py's default). The paper's expectation: more envs, more coverage.
 # SCALE=gpu (fixed before any run): Phoenix and Qbert, 3 seeds, 1M steps per run, 8, 16 and 32 envs (not re-sized;
-# until 2026-11-27 they were atari10_nenvs.sh's gpu fixed_batch runs, which are MinAtar runs since). No SCALE=small settings yet (ppo_ewma_jax.py on MinAtar saves states too; no claim reads them).
+# until 2026-11-27 they were atari10_nenvs.sh's gpu fixed_batch runs, which are MinAtar runs since). No SCALE=small settings yet.
 source "$(dirname "$0")/common.sh"
 supports gpu
 if smoke; then
