@@ -44,6 +44,15 @@ def assert_bad_input(result, workdir, text):
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
 
+def at_fast_compile(fn, *args):
+    """fn(*args) jitted in this process and compiled as FAST_COMPILE compiles (XLA reads XLA_FLAGS once a process; the
+    same options given to one compilation): for a check of what a computation gives, not how fast."""
+    import jax
+
+    options = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+    return jax.jit(fn).lower(*args).compile(compiler_options=options)(*args)
+
+
 def shared_runs(minutes, **kwargs):
     """A module fixture that trains: real runs that several tests of its file then read. pytest.ini runs the suite
     on 2 pytest-xdist workers, a test file at a time on one worker (--dist loadfile: a module's runs happen once);

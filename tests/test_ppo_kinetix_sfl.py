@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import assert_bad_input, assert_refused, assert_schedule_is_optax, load_script, run_copy
+from helpers import assert_bad_input, assert_refused, assert_schedule_is_optax, at_fast_compile, load_script, run_copy
 
 SCRIPT = "ppo_kinetix_sfl"
 FOUR_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
@@ -55,12 +55,14 @@ def test_random_levels_come_from_kinetix_filtered_sampler_with_its_ppo_base_conf
 
     args = sfl.resolve_args(sfl.Args(env_size="s", model="mlp", num_envs=8, sfl_num_candidates=8, sfl_buffer_size=4,
                                      level_filter_pool=4), num_devices=1)
-    ours = sfl.make_env(args).sample_levels(jax.random.PRNGKey(7), 4)
+    sample_levels = sfl.make_env(args).sample_levels
+    ours = at_fast_compile(lambda key: sample_levels(key, 4), jax.random.PRNGKey(7))
     static_params, env_params = static_env_params_from_size("s"), EnvParams(dense_reward_scale=0.2)
     env = make_kinetix_env(ActionType.MULTI_DISCRETE, ObservationType.SYMBOLIC_FLAT, None, env_params, static_params)
     sample_level = make_reset_fn_sample_kinetix_level(env_params, static_params, physics_engine=env.physics_engine)
     config = {"filter_levels": True, "level_filter_n_steps": 64, "level_filter_sample_ratio": 2, "env_size_name": "s"}
-    kinetix = make_vmapped_filtered_level_sampler(sample_level, env_params, static_params, config, env)(jax.random.PRNGKey(7), 4)
+    kinetix_sampler = make_vmapped_filtered_level_sampler(sample_level, env_params, static_params, config, env)
+    kinetix = at_fast_compile(lambda key: kinetix_sampler(key, 4), jax.random.PRNGKey(7))
     assert len(jax.tree.leaves(ours)) == len(jax.tree.leaves(kinetix))
     for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(kinetix)):
         np.testing.assert_array_equal(a, b)
