@@ -118,7 +118,7 @@ class Bench:
 
 
 # PureJaxRL's ppo.py hyper-parameters for the project's PPO-EWMA script as plain PPO (no --ewma-com); its instrumentation
-# (dynamics/, exact KL, coverage) stays at its defaults. --no-compile-cache: PureJaxRL has no persistent cache, so
+# (dynamics/, exact KL) stays at its defaults. --no-compile-cache: PureJaxRL has no persistent cache, so
 # both sides compile cold (--steady shares one cache between both sides instead)
 PUREJAXRL_FLAGS = ["--learning-rate", "2.5e-4", "--anneal-lr", "--gamma", "0.99", "--gae-lambda", "0.95", "--clip-coef",
                    "0.2", "--hidden-size", "64", "--num-layers", "2", "--no-compile-cache"]

@@ -779,12 +779,9 @@ def main(args, stop):
     )
     if args.ewma_com is not None:
         steps = args.update_epochs * args.num_minibatches
-        print(
-            f"PPO-EWMA: COM {args.ewma_com:g} minibatch steps against {steps} minibatch steps per iteration, over which "
-            f"PPO's proximal policy lags by (steps - 1) / 2 = {(steps - 1) / 2:g} on average (COM / lag = "
-            f"{args.ewma_com / max((steps - 1) / 2, 0.5):.2g}). A COM far below that lag lets the policy move far from the "
-            "behaviour policy within one iteration: watch losses/approx_kl and losses/entropy (docs/ppo_ewma_brax.md, PPO-EWMA)."
-        )
+        print(f"PPO-EWMA: COM {args.ewma_com:g}; PPO's proximal policy lags (steps - 1) / 2 = {(steps - 1) / 2:g} of the {steps} "
+              f"minibatch steps of an iteration on average (COM / lag = {args.ewma_com / max((steps - 1) / 2, 0.5):.2g}); far "
+              "below it, watch losses/approx_kl and losses/entropy (docs/ppo_ewma_brax.md, PPO-EWMA)")
     if args.track:
         import wandb
 

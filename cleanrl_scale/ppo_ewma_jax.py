@@ -1,5 +1,6 @@
 """PPO and PPO-EWMA in JAX on Kinetix locomotion and gymnax: the analysis tool of the stagnation paper.
 
+"Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel Environments":
 - PPO's outer loop as stochastic optimisation (§3): each iteration logs the size of the policy update
   (`charts/update_norm`), the KL it moved the policy by and the Data-to-Divergence Ratio (`charts/ddr`, §4.4);
 - PPO-EWMA (§2.2, Hilton et al., 2022) with `--ewma-com C`: the proximal policy is an EWMA of the actor's weights with
@@ -894,6 +895,8 @@ ENV_SIZES = ("s", "m", "l")
 STRUCTURAL_FLAGS = ("env_id", "env_size", "num_morphologies", "num_envs", "hidden_size", "num_layers", "activation", "num_seeds")
 # Kinetix locomotion's own flags, at their defaults: another env has no use for them, and refuses a value given
 LOCOMOTION_FLAGS = {"env_size": "m", "num_morphologies": 512, "eval_every": 10}
+# flags this script no longer has (Brax's, the coverage states'): a checkpoint of an older version lists them
+DROPPED_FLAGS = ("brax_backend", "brax_fresh_starts", "norm_obs", "norm_reward", "coverage_samples", "coverage_every")
 
 
 class BadFlag(ValueError):
@@ -1007,7 +1010,7 @@ def resolve_args(args):
         except Exception as e:  # a truncated or foreign file
             raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
         this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
-        foreign = set(meta.get("args", {})) - set(asdict(args))
+        foreign = set(meta.get("args", {})) - set(asdict(args)) - set(DROPPED_FLAGS)
         written_by = meta.get("script") or ("another script" if foreign else this)
         if written_by != this:
             raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")

@@ -704,6 +704,22 @@ def test_resume_from_a_checkpoint_whose_metadata_lacks_the_flags_is_refused(ewma
     assert_refused(ewma, ["--env-id", "CartPole-v1", "--resume", tmp_path / "other.npz"], "its metadata lacks global_step, args")
 
 
+def test_a_checkpoint_of_an_older_version_is_still_this_scripts(ewma, tmp_path):
+    """Checkpoints written before they named their script list the flags this script has dropped since (Brax's, the
+    coverage states'): they are not another script's for it; a flag no version of it had is."""
+    structural = {"env_id": "CartPole-v1", "env_size": "m", "num_morphologies": 512, "num_envs": 4, "hidden_size": 256,
+                  "num_layers": 3, "activation": "tanh", "num_seeds": 1}
+    dropped = {"brax_backend": "positional", "norm_obs": True, "coverage_samples": None, "coverage_every": 0}
+    meta = {"num_leaves": 0, "iteration": 1, "global_step": 32, "args": {**structural, **dropped}}
+    np.savez(tmp_path / "old.npz", meta=np.array(json.dumps(meta)))
+    flags = dict(env_id="CartPole-v1", num_envs=4, num_steps=8, num_minibatches=2, total_timesteps=128)
+    assert ewma.resolve_args(ewma.Args(**flags, resume=str(tmp_path / "old.npz"))).resume == str(tmp_path / "old.npz")
+    meta["args"]["a_flag_of_no_script_here"] = 1
+    np.savez(tmp_path / "other.npz", meta=np.array(json.dumps(meta)))
+    with pytest.raises(ewma.BadFlag, match="is a checkpoint of another script"):
+        ewma.resolve_args(ewma.Args(**flags, resume=str(tmp_path / "other.npz")))
+
+
 def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(ewma, tmp_path):
     (tmp_path / "notes.npz").write_text("not a checkpoint")
     assert_refused(ewma, ["--env-id", "CartPole-v1", "--resume", tmp_path / "notes.npz"], "is not a checkpoint of this script")
