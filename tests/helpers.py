@@ -44,13 +44,16 @@ def assert_bad_input(result, workdir, text):
 FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
 
 
+# the same options for one jitted function of this process (XLA reads XLA_FLAGS once a process): for a check of what a
+# computation gives, not how fast
+FAST_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
 def at_fast_compile(fn, *args):
-    """fn(*args) jitted in this process and compiled as FAST_COMPILE compiles (XLA reads XLA_FLAGS once a process; the
-    same options given to one compilation): for a check of what a computation gives, not how fast."""
+    """fn(*args), jitted in this process with FAST_COMPILE_OPTIONS."""
     import jax
 
-    options = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
-    return jax.jit(fn).lower(*args).compile(compiler_options=options)(*args)
+    return jax.jit(fn, compiler_options=FAST_COMPILE_OPTIONS)(*args)
 
 
 def shared_runs(minutes, **kwargs):

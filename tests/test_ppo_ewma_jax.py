@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import (assert_bad_input, assert_refused, assert_schedule_is_optax, finish, load_script,
-                     read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs, start_copy, wait_for_file)
+from helpers import (FAST_COMPILE_OPTIONS, assert_bad_input, assert_refused, assert_schedule_is_optax, finish,
+                     load_script, read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs, start_copy,
+                     wait_for_file)
 
 SCRIPT = "ppo_ewma_jax"
 # its runs compile at XLA's optimisation level 0 (conftest.py), but for those timed (default_compile)
@@ -371,7 +372,7 @@ def tiny_update(ewma, shaping=()):
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
-    return jax.jit(update), init(jax.random.PRNGKey(1), levels), levels
+    return jax.jit(update, compiler_options=FAST_COMPILE_OPTIONS), init(jax.random.PRNGKey(1), levels), levels
 
 
 def first_update_metrics(ewma, measure=False, traced=False, **flags):
@@ -393,7 +394,7 @@ def test_fused_iterations_are_the_iterations_one_by_one(ewma):
     args = ewma.resolve_args(ewma.Args(**{**TINY_CARTPOLE, "total_timesteps": 64 * 4}))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
-    update = jax.jit(update)
+    update = jax.jit(update, compiler_options=FAST_COMPILE_OPTIONS)
     levels = env.sample_levels(jax.random.PRNGKey(0))
     start = init(jax.random.PRNGKey(1), levels)
     measure = jnp.asarray([True, False, True])
