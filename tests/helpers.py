@@ -39,14 +39,12 @@ def assert_bad_input(result, workdir, text):
     assert not (Path(workdir) / "runs").exists() and not (Path(workdir) / "wandb").exists()
 
 
-# XLA's CPU code generation at optimisation level 0 (conftest.py's fast_compile): a tiny run compiles in a half to three
-# quarters of the time on 2 cores, and then runs slower
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-
-
-# the same options for one jitted function of this process (XLA reads XLA_FLAGS once a process): for a check of what a
-# computation gives, not how fast
+# XLA's CPU code generation at optimisation level 0: a tiny run compiles in a half to three quarters of the time on 2
+# cores, and then runs slower. As jax.jit's compiler_options, for one function of this process (XLA reads XLA_FLAGS once
+# a process), and as XLA_FLAGS for the runs a test starts (conftest.py's fast_compile): for checks of what a computation
+# gives, not how fast
 FAST_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+FAST_COMPILE = " ".join(f"--{name}={str(value).lower()}" for name, value in FAST_COMPILE_OPTIONS.items())
 
 
 def at_fast_compile(fn, *args):
