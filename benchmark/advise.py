@@ -14,8 +14,9 @@ the update norm). Its score (`--tag`, else analyze.py's tag for the script) is a
 iterations are cut into windows of `--window` (the last window ends at the last iteration; wider where the score is
 logged less often than every `--window` / 5 iterations, as an evaluation every --eval-every iterations is: 5 scores
 a window), and each window is labelled:
-- **collapsed**: the policy's entropy below `--collapse-entropy` of the first window's and the step below
-  `--collapse-step` of the first window's (a deterministic policy that no longer moves; not the paper's plateau);
+- **collapsed**: the policy's entropy below `--collapse-entropy` of the start's and the step below `--collapse-step`
+  of the start's (the larger of the first two windows'; a deterministic policy that no longer moves; not the paper's
+  plateau);
 - **improving** / **declining**: the score's slope, least squares over the window with its interval at `--level`
   widened for the residuals' lag-1 autocorrelation, lies above / below zero;
 - otherwise the slope's interval holds zero (flat).
@@ -249,11 +250,15 @@ def advise(run, phases, opts):
         meaning = ("stagnated: the score stalls while each update moves the policy as far as while it improved (the "
                    "stagnation paper's plateau: the outer step is too large for the noise of its batch)")
         n, m = flags.get("num_envs"), flags.get("num_minibatches")
+        mb, steps = flags.get("minibatch_size"), flags.get("num_steps")
+        if m is None and all(isinstance(v, int) and v > 0 for v in (n, mb, steps)) and n * steps % mb == 0:
+            m = n * steps // mb  # a run named by its minibatch size (analyze.py's tables: the flags its name shows)
         if isinstance(n, int) and isinstance(m, int) and n > 0 and m > 0:
             # from the run as it trained (its resolved envs, minibatches and learning rate): its inner loop, kept
             scaled = {"--num-envs": n * k, "--base-num-envs": n, "--base-num-minibatches": m}
-            if m > n:  # more minibatches than envs: hybrid (App. D, a * b = k), b-times bigger minibatches, b <= k
-                b = min(k, 2 ** math.ceil(math.log2(m / n)))
+            if m > n:  # more minibatches than envs: hybrid (App. D, a * b = k), b-times bigger minibatches: the
+                # smallest divisor b of k (k / b x M0 minibatches, a whole number) with no more minibatches than envs
+                b = next((d for d in range(1, k + 1) if k % d == 0 and d >= m / n), k)
                 scaled.update({"--scaling-recipe": "hybrid", "--hybrid-minibatch-factor": b})
             else:
                 scaled["--scaling-recipe"] = "more-minibatches"
@@ -273,8 +278,12 @@ def advise(run, phases, opts):
             ddr = last.evidence.get("charts/ddr")
             # epsilon: an update's KL, held at the clip, grows about as epsilon squared (half of it cut the KL 3.6-4.9x
             # on the epsilon grid, docs/advise.md); a COM's KL is not predicted so (claim 4: COM x32 cut it ~13x)
-            expected = (f": DDR about {4 * ddr:,.0f} (now {ddr:,.0f}; an update's KL at the clip grows about as epsilon "
-                        "squared: measured at epsilon 0.8 -> 0.4, 3.6-4.9x)" if ddr and not ewma else "")
+            if ddr and not ewma:
+                expected = (f": DDR about {4 * ddr:,.0f} (now {ddr:,.0f}; an update's KL at the clip grows about as "
+                            "epsilon squared: measured at epsilon 0.8 -> 0.4, 3.6-4.9x)")
+            else:
+                expected = ((f": DDR above {ddr:,.0f}, by how much not predicted" if ddr else "") + " (a COM's KL has no "
+                            "formula: claim 4's COM 8 -> 256 cut it about 13x)" if ewma else "")
             remedies.append({"what": "a smaller outer step from the newest checkpoint (stagnation §3, Fig. 3a)" + expected,
                              "flags": step, "new_run": False, "checkpoint": newest})
     else:
@@ -283,8 +292,11 @@ def advise(run, phases, opts):
         if run["annealed"]:
             return meaning + ("; but the learning rate was annealed to under half its start, which shrinks the updates "
                               "too: the two cannot be told apart here"), []
-        if ewma and com / k >= 1 or isinstance(clip, float) and clip < 0.5:
-            step = {"--ewma-com": com / k} if ewma else {"--clip-coef": clip * 2}
+        if ewma:  # a COM not below 1; PPO: a clip below 0.5 doubled
+            step = {"--ewma-com": com / k} if com / k >= 1 else None
+        else:
+            step = {"--clip-coef": clip * 2} if isinstance(clip, float) and clip < 0.5 else None
+        if step:
             remedies.append({"what": "if the score is below what you expect: a larger outer step from the newest checkpoint",
                              "flags": step, "new_run": False, "checkpoint": newest})
     return meaning, with_commands(run, remedies)
@@ -350,7 +362,7 @@ def with_commands(run, remedies):
             if flag not in drop:
                 argv += own[i:i + values]
             i += values
-        argv += [x for flag, value in remedy["flags"].items() for x in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
+        argv += [x for flag, value in remedy["flags"].items() for x in (flag, flag_value(value))]
         if packed:
             first, _, size = run["pack"]
             argv += ["--num-seeds", str(size)]
@@ -470,7 +482,7 @@ def pack_of(run_dir, argv):
     checkpoints = checkpoints_in(first) if first.is_dir() else []
     try:
         held = checkpoint_seeds(checkpoints[-1][1]) if checkpoints else 1
-    except (OSError, ValueError, KeyError, EOFError):  # unreadable: the launcher's record says
+    except Exception:  # unreadable (truncated, a zip or pickle error, being written): the launcher's record says
         held = len(members) if members else 1
     return checkpoints, ((first.name, first_argv, held) if held > 1 else None)
 
@@ -579,17 +591,32 @@ def describe(report):
     return "\n".join(lines)
 
 
+def flag_value(value):
+    """A flag's value as a command line takes it: a float at full precision (repr: 0.00025, 1e-05, not rounded to 6
+    digits), a whole one without its ".0" (32)."""
+    if not isinstance(value, float):
+        return str(value)
+    return repr(value)[:-2] if repr(value).endswith(".0") else repr(value)
+
+
 def flags_text(flags):
-    return " ".join(f"{f} {v:g}" if isinstance(v, float) else f"{f} {v}" for f, v in flags.items())
+    return " ".join(f"{f} {flag_value(v)}" for f, v in flags.items())
 
 
 def follow(opts):
     """Re-read the runs every opts.follow seconds; print a line when a run's last phase (as its report gives it)
     changes its label, and below it the remedies the report gives for it (a command, or why none)."""
-    seen, polls = {}, 0
+    seen, unread, polls = {}, set(), 0
     while True:
-        for run in gather(opts):
-            if isinstance(run, str):
+        try:
+            runs = gather(opts)
+        except Exception as e:  # a file caught while it is written: read again at the next poll
+            runs = [f"cannot read the runs yet ({type(e).__name__}: {e}); reading again in {opts.follow:g} s"]
+        for run in runs:
+            if isinstance(run, str):  # why a path holds no run it can read (yet): said once, not every poll
+                if run not in unread:
+                    print(f"{time.strftime('%H:%M:%S')} {run}", flush=True)
+                unread.add(run)
                 continue
             phases = phases_of(run, label_windows(windows_of(run, opts), opts), opts)
             last = phases[-1]
@@ -667,9 +694,11 @@ def build_parser():
                    help="a flat window's median step (KL) at least this share of the improving windows' is large (0.5)")
     p.add_argument("--patience", type=int, default=2, help="windows in a row a new label needs to change the run's (2)")
     p.add_argument("--collapse-entropy", type=float, default=0.05,
-                   help="entropy below this share of the first window's, with a small step, is a collapse (0.05)")
+                   help="entropy below this share of the start's (the larger of the first two windows'), with a small step, "
+                        "is a collapse (0.05)")
     p.add_argument("--collapse-step", type=float, default=0.1,
-                   help="a step (KL) below this share of the first window's, with a small entropy, is a collapse (0.1)")
+                   help="a step (KL) below this share of the start's (the larger of the first two windows'), with a small "
+                        "entropy, is a collapse (0.1)")
     p.add_argument("--scale", type=int, default=4, help="the factor of the advised N_envs and COM (default 4)")
     p.add_argument("--json", type=Path, help="also write the reports to this file")
     p.add_argument("--follow", type=float, default=0.0, help="re-read every this many seconds, print phase changes")

@@ -117,7 +117,7 @@ def test_a_run_that_stalls_with_large_updates_is_stagnated_and_gets_the_papers_r
     # and a 4x older proximal policy, resumed from the newest checkpoint (iteration 160, not 40; the run has 200)
     assert step["flags"] == {"--ewma-com": 32.0}
     argv = shlex.split(step["command"])
-    assert argv[argv.index("--ewma-com") + 1] == "32" and argv.count("--ewma-com") == 1
+    assert argv[argv.index("--ewma-com") + 1] == "32" and argv.count("--ewma-com") == 1  # 32.0 as 32
     assert argv[argv.index("--resume") + 1] == str(tmp_path / "stagnated" / "runs" / "CartPole-v1__ppo_ewma_jax__1__1764300000"
                                                    / "checkpoints" / "iter_160.npz")
     assert argv[argv.index("--total-timesteps") + 1] == "204800"  # the run's own: its checkpoint has steps left
@@ -204,12 +204,46 @@ def test_more_minibatches_than_envs_scale_by_the_hybrid_recipe(tmp_path):
     assert refusal(load_script("ppo_ewma_jax"), shlex.split(report["remedies"][0]["command"])[2:]) is None  # accepted
 
 
+def test_a_scale_that_is_not_a_power_of_2_gives_a_hybrid_recipe_the_script_accepts(tmp_path):
+    """--scale 3 from 2 envs and 3 minibatches: b must divide the scale (3 / b x 3 minibatches, a whole number), and be
+    at least minibatches / envs (no more minibatches than envs): b = 3, not 2 (which gave 4.5 minibatches)."""
+    argv = ["--env-id", "CartPole-v1", "--num-envs", "2", "--num-steps", "48", "--num-minibatches", "3", "--ewma-com", "8.0",
+            "--total-timesteps", "19200"]
+    write_run(tmp_path / "run", "stagnated", argv=argv,
+              resolved={**FLAGS, "num_envs": 2, "num_steps": 48, "num_minibatches": 3, "total_timesteps": 19200})
+    (report,) = advise.main([str(tmp_path / "run"), "--scale", "3"])
+    scale, step = report["remedies"]
+    assert scale["flags"] == {"--num-envs": 6, "--base-num-envs": 2, "--base-num-minibatches": 3, "--scaling-recipe": "hybrid",
+                              "--hybrid-minibatch-factor": 3, "--learning-rate": 0.0003, "--total-timesteps": 3 * 19200}
+    assert refusal(load_script("ppo_ewma_jax"), shlex.split(scale["command"])[2:]) is None
+    assert step["flags"] == {"--ewma-com": 24.0} and "by how much not predicted" in step["what"]  # a COM's DDR
+
+
+def test_floats_in_a_command_keep_their_precision(tmp_path):
+    """A remedy's values as the command passes them: 0.000123456789 whole (not 0.000123457, `:g`'s 6 digits), 32.0 as 32."""
+    write_run(tmp_path / "run", "stagnated", resolved={**FLAGS, "learning_rate": 0.000123456789})
+    (report,) = advise.main([str(tmp_path / "run")])
+    argv = shlex.split(report["remedies"][0]["command"])
+    assert argv[argv.index("--learning-rate") + 1] == "0.000123456789"
+    assert advise.flags_text({"--ewma-com": 32.0, "--clip-coef": 1e-05}) == "--ewma-com 32 --clip-coef 1e-05"
+
+
 def test_updates_that_shrink_with_the_score_are_levelling_off_with_the_opposite_advice(tmp_path):
     report = report_of(tmp_path, "levelling")
     assert [p["label"] for p in report["phases"]] == ["improving", "levelling off"]
     assert report["verdict"].startswith("levelling off")
     (remedy,) = report["remedies"]
     assert remedy["flags"] == {"--ewma-com": 2.0} and "--resume" in remedy["command"]
+
+
+@pytest.mark.parametrize("com, clip, flags", [(2.0, 0.2, None), (None, 0.2, {"--clip-coef": 0.4}), (None, 0.5, None)])
+def test_the_opposite_advice_keeps_a_com_of_at_least_1_and_a_clip_below_1(tmp_path, com, clip, flags):
+    """Levelling off: a COM divided by the scale only where it stays >= 1 (COM 2 gets nothing, not the clip's remedy as
+    a COM of 0.5), a PPO clip doubled only below 0.5."""
+    write_run(tmp_path / "run", "levelling", resolved={**FLAGS, "ewma_com": com, "clip_coef": clip})
+    (report,) = advise.main([str(tmp_path / "run")])
+    assert report["verdict"].startswith("levelling off")
+    assert [r["flags"] for r in report["remedies"]] == ([flags] if flags else [])
 
 
 def test_a_collapsed_policy_is_not_called_a_plateau(tmp_path):
@@ -399,6 +433,20 @@ def test_follow_prints_a_line_when_the_phase_changes(tmp_path):
     assert "  4x the envs" in out and "python cleanrl_scale/ppo_ewma_jax.py" in out and "no checkpoint to resume" in out, out
 
 
+def test_follow_says_once_why_a_path_holds_no_run_yet(tmp_path, capsys):
+    """A path with no run (a mistyped one, or a run not started yet): one line saying so, not silence, not a line a
+    poll; a checkpoint caught half-written does not end the watch (pack_of reads the launcher's record instead)."""
+    (tmp_path / "empty").mkdir()
+    write_run(tmp_path / "run", "stagnated", checkpoint=False)
+    tb = next((tmp_path / "run" / "runs").iterdir())
+    (tb / "checkpoints").mkdir()
+    (tb / "checkpoints" / "iter_160.npz").write_bytes(b"PK\x03\x04 half a zip")
+    advise.main([str(tmp_path / "empty"), str(tmp_path / "run"), "--follow", "0.01", "--polls", "3"])
+    out = capsys.readouterr().out
+    assert out.count("empty: no run (no command.json, no runs/ with event files)") == 1, out
+    assert out.count(" run: stagnated at iteration 200") == 1, out
+
+
 def test_a_real_noisy_sgd_run_stagnates_at_a_large_step_and_improves_at_a_small_one(tmp_path):
     """The stochastic-optimisation analogue (stagnation App. A), a copy of the script: at step size 0.1 the distance
     stops falling after about 20 steps while each update keeps its size; at 0.001 it is still falling at step 400."""
@@ -442,6 +490,10 @@ def test_claim_2_and_3_runs_read_as_their_docs_describe_them():
         if "improving" in labels:
             assert "not improving yet" not in labels[labels.index("improving"):], report["run"]
     assert [p["label"] for p in by["8.0", 9]["phases"]] == ["improving", "collapsed", "stagnated"]
+    # its remedies as flags (a table's run has no command): the minibatches from the minibatch size its name shows
+    more, com = by["8.0", 9]["remedies"]
+    assert (more["flags"]["--num-envs"], more["flags"]["--base-num-minibatches"], com["flags"]) == (256, 32, {"--ewma-com": 32.0})
+    assert more["command"] is None and com["command"] is None
 
 
 def test_false_alarm_rates_fall_with_the_rise_per_window_and_flat_runs_are_found():
