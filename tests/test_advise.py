@@ -498,13 +498,15 @@ def test_claim_2_and_3_runs_read_as_their_docs_describe_them():
 
 def test_false_alarm_rates_fall_with_the_rise_per_window_and_flat_runs_are_found():
     opts = advise.build_parser().parse_args(["--simulate"])
-    table = advise.simulate(opts, slopes=(0.0, 0.2, 0.5), trials=200)
+    table = advise.simulate(opts, slopes=(0.0, 0.05, 0.2, 0.5), trials=200)
     never = table[table["run"] == "never improved"].iloc[0]
     table = table[table["run"] != "never improved"].set_index("rise_per_window_sd")
     assert table.loc[0.0, "windows_called_stagnated"] > 0.75  # a stalled run: found in most windows
-    assert table.loc[4.0, "windows_called_stagnated"] < 0.1  # rising 4 noise SDs a window: rarely called stalled
+    # docs/advise.md's rates (1,000 runs): 1.1% of windows rising 1 noise SD, 0 at 4 SDs, 0.5% of runs never improved
+    assert table.loc[1.0, "windows_called_stagnated"] < 0.03 and table.loc[1.0, "runs_called_stagnated"] < 0.08
+    assert table.loc[4.0, "windows_called_stagnated"] < 0.01  # rising 4 noise SDs a window: rarely called stalled
     assert table.loc[10.0, "runs_called_stagnated"] < 0.02
-    assert never["runs_called_stagnated"] < 0.05  # a flat run that never improved: hardly ever
+    assert never["runs_called_stagnated"] < 0.02  # a flat run that never improved: hardly ever
 
 
 @pytest.mark.parametrize("flags, text", [
