@@ -282,8 +282,8 @@ def advise(run, phases, opts):
                 expected = (f": DDR about {4 * ddr:,.0f} (now {ddr:,.0f}; an update's KL at the clip grows about as "
                             "epsilon squared: measured at epsilon 0.8 -> 0.4, 3.6-4.9x)")
             else:
-                expected = ((f": DDR above {ddr:,.0f}, by how much not predicted" if ddr else "") + " (a COM's KL has no "
-                            "formula: claim 4's COM 8 -> 256 cut it about 13x)" if ewma else "")
+                expected = ((f": DDR above {ddr:,.0f}, by how much not predicted" if ddr else ": DDR not predicted")
+                            + " (a COM's KL has no formula: claim 4's COM 8 -> 256 cut it about 13x)" if ewma else "")
             remedies.append({"what": "a smaller outer step from the newest checkpoint (stagnation §3, Fig. 3a)" + expected,
                              "flags": step, "new_run": False, "checkpoint": newest})
     else:

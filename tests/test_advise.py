@@ -447,6 +447,25 @@ def test_follow_says_once_why_a_path_holds_no_run_yet(tmp_path, capsys):
     assert out.count(" run: stagnated at iteration 200") == 1, out
 
 
+def test_follow_reads_again_after_a_poll_that_fails(tmp_path, capsys, monkeypatch):
+    """A poll whose reading raises (an event file caught while it is written) says so and the watch goes on: the next
+    poll reads the run."""
+    write_run(tmp_path / "run", "stagnated", checkpoint=False)
+    gather, calls = advise.gather, []
+
+    def first_fails(opts):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("an event file being written")
+        return gather(opts)
+
+    monkeypatch.setattr(advise, "gather", first_fails)
+    advise.main([str(tmp_path / "run"), "--follow", "0.01", "--polls", "2"])
+    out = capsys.readouterr().out
+    assert "cannot read the runs yet (OSError: an event file being written)" in out and len(calls) == 2
+    assert out.count(" run: stagnated at iteration 200") == 1, out
+
+
 def test_a_real_noisy_sgd_run_stagnates_at_a_large_step_and_improves_at_a_small_one(tmp_path):
     """The stochastic-optimisation analogue (stagnation App. A), a copy of the script: at step size 0.1 the distance
     stops falling after about 20 steps while each update keeps its size; at 0.001 it is still falling at step 400."""
