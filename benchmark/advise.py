@@ -36,6 +36,7 @@ checkpoint before it. Windows widen where the score is logged less often than a 
 each). `--follow` prints each phase change with its remedies.
 """
 import argparse
+import ast
 import json
 import math
 import shlex
@@ -335,8 +336,8 @@ SET_BY_RECIPE = ("--num-minibatches", "--minibatch-size", "--hybrid-minibatch-fa
 
 
 def with_commands(run, remedies):
-    """Each remedy's command line: the run's own flags (the launcher's command.json) with the remedy's, quoted for a
-    shell; a new run drops what its recipe sets; a resume names its checkpoint and, where that is the run's last
+    """Each remedy's command line: the run's own flags (the launcher's command.json, else command_of_hyperparameters')
+    with the remedy's, quoted for a shell; a new run drops what its recipe sets; a resume names its checkpoint and, where that is the run's last
     iteration, twice the run's steps (a finished run's checkpoint resumes only with steps left); a packed run's resume is
     its pack's (the first run's flags, --num-seeds: its checkpoint holds every seed of the pack). None where the run's
     flags are unknown, or a resume has no checkpoint (then `note` says so)."""
@@ -351,8 +352,9 @@ def with_commands(run, remedies):
         if own is None or remedy.get("note"):
             continue
         finished = not remedy["new_run"] and checkpoint[0] >= script_iteration(run, len(run["step"]))
-        drop = set(remedy["flags"]) | (set(SET_BY_RECIPE) if remedy["new_run"] else
-                                       {"--resume", "--num-seeds"} | ({"--total-timesteps"} if finished else set()))
+        drop = set(remedy["flags"]) | (set(SET_BY_RECIPE) if remedy["new_run"] else  # a pack's --num-seeds: below
+                                       {"--resume"} | ({"--num-seeds"} if packed else set()) |
+                                       ({"--total-timesteps"} if finished else set()))
         argv, i = [], 0
         while i < len(own):
             flag = own[i]
@@ -415,20 +417,78 @@ def make_run(name, script, series, flags, argv, checkpoints, tag, pack=None):
             "flags": flags, "argv": argv, "checkpoints": checkpoints, "pack": pack}
 
 
+def hyperparameter_cells(texts):
+    """{field: its value as logged} of a script's `hyperparameters` text (a |param|value| table of its Args; TensorBoard's
+    reader names it hyperparameters/text_summary, the text plugin's tag)."""
+    text = texts.get("hyperparameters") or texts.get("hyperparameters/text_summary") or [""]
+    cells = (line.strip().strip("|").split("|") for line in text[-1].splitlines()[2:])
+    return dict(c for c in cells if len(c) == 2)
+
+
 def parse_hyperparameters(texts):
     """The flags a script logged as its `hyperparameters` text (a |param|value| table), numbers as numbers."""
     flags = {}
-    for line in (texts.get("hyperparameters") or [""])[-1].splitlines()[2:]:
-        cells = line.strip().strip("|").split("|")
-        if len(cells) == 2:
-            key, value = cells
-            for parse in (int, float):
-                try:
-                    flags[key] = parse(value)
-                    break
-                except ValueError:
-                    flags[key] = {"True": True, "False": False, "None": None}.get(value, value)
+    for key, value in hyperparameter_cells(texts).items():
+        for parse in (int, float):
+            try:
+                flags[key] = parse(value)
+                break
+            except ValueError:
+                flags[key] = {"True": True, "False": False, "None": None}.get(value, value)
     return flags
+
+
+# a script's Args fields it fills in itself (it refuses them set), and those whose default lets the device choose (a
+# resume may run on another one)
+COMPUTED, BY_DEVICE = ("batch_size", "num_iterations", "num_devices"), ("fuse_iterations", "unroll")
+
+
+def script_defaults(script):
+    """{field: default} of a script's Args, read from its source (the literal defaults; the script is not imported)."""
+    try:
+        tree = ast.parse((SCRIPTS / f"{script}.py").read_text())
+    except (OSError, SyntaxError, ValueError):
+        return {}
+    found = {}
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Args"):
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                try:
+                    found[node.target.id] = ast.literal_eval(node.value)
+                except ValueError:  # not a literal (exp_name's, from __file__): always passed
+                    pass
+    return found
+
+
+def command_of_hyperparameters(texts, script):
+    """A script's own run's flags as a command line, from its `hyperparameters` text (its Args after its flag checks):
+    every field whose value differs from the script's default, as tyro takes it (--x / --no-x for a bool, a tuple's
+    items in turn); not the fields the script fills in or the device chooses; under a scaling recipe the base
+    learning rate (the logged one is scaled) and not the minibatches the recipe sets. None without the text."""
+    cells, defaults, flags = hyperparameter_cells(texts), script_defaults(script), parse_hyperparameters(texts)
+    if not cells or not defaults:
+        return None
+    recipe = flags.get("scaling_recipe", "none")
+    skip = set(COMPUTED) | set(BY_DEVICE) | ({"num_minibatches", "minibatch_size"} if recipe != "none" else set())
+    if recipe != "none" and isinstance(flags.get("learning_rate"), float):  # resolve_recipe's lr0 x factor, undone
+        k = flags["num_envs"] / flags["base_num_envs"]
+        factor = {"bigger-minibatch-sqrt-lr": k ** 0.5, "hybrid": flags.get("hybrid_minibatch_factor", 1) ** 0.5}
+        flags["learning_rate"] = float(f"{flags['learning_rate'] / factor.get(recipe, 1.0):.12g}")
+    argv = []
+    for key, value in flags.items():
+        if key in skip or value is None or key in defaults and value == defaults[key]:
+            continue
+        name = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(name if value else f"--no-{key.replace('_', '-')}")
+        elif isinstance(value, str) and value[:1] in "([" and value[-1:] in ")]":
+            try:
+                argv += [name, *(flag_value(v) for v in ast.literal_eval(value))]
+            except (ValueError, SyntaxError, TypeError):
+                argv += [name, value]
+        else:
+            argv += [name, flag_value(value)]
+    return argv
 
 
 def wanted_tags(tag):
@@ -508,7 +568,8 @@ def read_tensorboard(tb_run, tag):
     names = [str(flags.get("exp_name") or "")] + tb_run.name.split("__")
     script = next((n for n in names if (SCRIPTS / f"{n}.py").exists()), "")
     checkpoints = sorted(c for d in attempts for c in checkpoints_in(d))
-    return [make_run(tb_run.name + (f"/{sub}" if sub else ""), script, series, flags, None, checkpoints, tag)
+    argv = command_of_hyperparameters(texts, script) if script else None
+    return [make_run(tb_run.name + (f"/{sub}" if sub else ""), script, series, flags, argv, checkpoints, tag)
             for sub, series in sorted(merged.items())]
 
 

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+import tyro
 from tensorboard.compat.proto.event_pb2 import Event
 from tensorboard.compat.proto.summary_pb2 import Summary
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
@@ -400,6 +401,26 @@ def test_json_holds_the_reports_and_a_scripts_own_run_directory_reads_alike(tmp_
     (from_tensorboard,) = advise.main([str(tb)])  # runs/<name>: the flags from its hyperparameters text (none here)
     assert from_tensorboard["phases"] == from_launcher["phases"] and from_tensorboard["script"] == "ppo_ewma_jax"
     assert all(r["command"] is None for r in from_tensorboard["remedies"])  # no command.json: no command line
+
+
+def test_a_scripts_own_run_gets_command_lines_from_its_hyperparameters_text(tmp_path):
+    """A run started by hand (no launcher, no command.json): its flags come from the `hyperparameters` text the script
+    logs, so its remedies are command lines too, which the script's own flag checks take."""
+    module = load_script("ppo_ewma_jax")
+    args = module.resolve_args(tyro.cli(module.Args, args=ARGV))
+    tb = write_run(tmp_path / "work", "stagnated")
+    writer = module.SummaryWriter(str(tb))  # the script's own writer, its own table
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
+    writer.close()
+    (report,) = advise.main([str(tb)])
+    more, step = report["remedies"]
+    assert more["flags"]["--num-envs"] == 64 and step["flags"] == {"--ewma-com": 32.0}
+    for remedy in (more, step):
+        argv = shlex.split(remedy["command"])
+        assert argv[:2] == ["python", "cleanrl_scale/ppo_ewma_jax.py"] and "--env-id" in argv
+        given = argv[2:argv.index("--resume")] if "--resume" in argv else argv[2:]  # the checkpoint here is no real one
+        assert refusal(module, given) is None, given
+    assert shlex.split(step["command"])[-1].endswith("checkpoints/iter_160.npz")
 
 
 def test_a_scripts_own_resumed_run_is_read_as_one(tmp_path):

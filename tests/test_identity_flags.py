@@ -80,3 +80,39 @@ def test_what_a_script_counts_as_not_learning_is_listed(name):
 def test_every_kept_flag_is_one_a_script_counts_as_not_learning():
     marked = set().union(*(not_learning(name) for name in NAMES))
     assert set(KEPT) <= marked - set(NON_IDENTITY)
+
+
+# each script's flags as a run might give them (non-default values of every kind: bool, tuple, recipe); the recipes'
+# learning rate is logged scaled, and benchmark/advise.py must give back the base one
+RUN_FLAGS = {
+    "ppo_ewma_jax": ["--env-id", "CartPole-v1", "--num-envs", "64", "--num-steps", "32", "--ewma-com", "8", "--anneal-lr",
+                     "--no-clip-vloss", "--scaling-recipe", "hybrid", "--base-num-envs", "16", "--base-num-minibatches", "8",
+                     "--hybrid-minibatch-factor", "2", "--learning-rate", "0.0007"],
+    "ppo_ewma_brax": ["--env-id", "ant", "--num-envs", "32", "--num-steps", "8", "--scaling-recipe",
+                      "bigger-minibatch-sqrt-lr", "--base-num-envs", "8", "--base-num-minibatches", "4"],
+    "ppo_kinetix_sfl": ["--model", "mlp", "--env-size", "s", "--num-envs", "8", "--num-steps", "16", "--num-minibatches",
+                        "32", "--no-filter-levels"],
+    "ppo_atari_envpool": ["--num-envs", "32", "--scaling-recipe", "more-minibatches", "--base-num-envs", "8", "--save-every", "5"],
+    "ppo_procgen_envpool": ["--num-envs", "16", "--num-minibatches", "4", "--no-norm-adv"],
+    "ppo_rnd": ["--num-envs", "8", "--update-epochs", "2"],
+    "pqn_atari": ["--num-envs", "16", "--total-timesteps", "65536"],
+    "noisy_sgd": ["--step-sizes", "0.01", "0.2", "--switch-step", "100", "--switch-step-size", "0.05"],
+}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_runs_hyperparameters_text_gives_back_its_flags(name):
+    """benchmark/advise.py builds a script's own run's command line from the `hyperparameters` text the script logs (its
+    Args after resolve_args): those flags, checked again by the script, resolve to the same Args."""
+    from benchmark import advise
+    import tyro
+
+    module, checks = script(name), {"num_devices": 1} if name == "ppo_kinetix_sfl" else {}
+    logged = tyro.cli(module.Args, args=RUN_FLAGS[name])
+    module.resolve_args(logged, **checks)
+    table = "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(logged).items())
+    argv = advise.command_of_hyperparameters({"hyperparameters": [table]}, name)
+    again = tyro.cli(module.Args, args=argv)
+    module.resolve_args(again, **checks)
+    assert vars(again) == vars(logged), argv
+    assert not {"--batch-size", "--num-iterations", "--fuse-iterations", "--unroll"} & set(argv)
