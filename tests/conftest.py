@@ -12,6 +12,10 @@ import pytest
 # and 41 s with one each (22.6 s alone). JAX's own threads do not spin so (3 CartPole runs at once: 69 s either way).
 # A run's own --torch-threads still wins.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A run that dies of a fatal signal prints every thread's Python stack (faulthandler) into the stderr a test shows: a
+# ppo_procgen_envpool.py resume exited with SIGSEGV after its last iteration once in CI (2026-11-30) and not in 36
+# runs after it, and its stderr held nothing else.
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmark.common import load_script  # noqa: E402
