@@ -54,7 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmark.analyze import DEFAULT_TAG  # noqa: E402
 from benchmark.common import SCRIPTS, read_tensorboard_run  # noqa: E402
 from benchmark.events import read_merged_scalars  # noqa: E402
-from benchmark.launch import CHECKPOINT, checkpoint_seeds  # noqa: E402
+from benchmark.launch import CHECKPOINT, checkpoint_seeds, script_module  # noqa: E402
 
 STEP_TAGS = ("losses/approx_kl", "charts/update_norm_actor", "charts/update_norm")  # the first a run logs
 SCORE_TAGS = ("charts/solve_rate", "eval/solve_rate_sampled", "charts/episodic_return", "charts/neg_distance")
@@ -279,12 +279,14 @@ def advise(run, phases, opts):
             ddr = last.evidence.get("charts/ddr")
             # epsilon: an update's KL, held at the clip, grows about as epsilon squared (half of it cut the KL 3.6-4.9x
             # on the epsilon grid, docs/advise.md); a COM's KL is not predicted so (claim 4: COM x32 cut it ~13x)
-            if ddr and not ewma:
+            if ewma:
+                expected = ((f": DDR above {ddr:,.0f}, by how much not predicted" if ddr else ": DDR not predicted")
+                            + " (a COM's KL has no formula: claim 4's COM 8 -> 256 cut it about 13x)")
+            elif ddr:
                 expected = (f": DDR about {4 * ddr:,.0f} (now {ddr:,.0f}; an update's KL at the clip grows about as "
                             "epsilon squared: measured at epsilon 0.8 -> 0.4, 3.6-4.9x)")
             else:
-                expected = ((f": DDR above {ddr:,.0f}, by how much not predicted" if ddr else ": DDR not predicted")
-                            + " (a COM's KL has no formula: claim 4's COM 8 -> 256 cut it about 13x)" if ewma else "")
+                expected = ""
             remedies.append({"what": "a smaller outer step from the newest checkpoint (stagnation §3, Fig. 3a)" + expected,
                              "flags": step, "new_run": False, "checkpoint": newest})
     else:
@@ -417,18 +419,12 @@ def make_run(name, script, series, flags, argv, checkpoints, tag, pack=None):
             "flags": flags, "argv": argv, "checkpoints": checkpoints, "pack": pack}
 
 
-def hyperparameter_cells(texts):
-    """{field: its value as logged} of a script's `hyperparameters` text (a |param|value| table of its Args; TensorBoard's
-    reader names it hyperparameters/text_summary, the text plugin's tag)."""
-    text = texts.get("hyperparameters") or texts.get("hyperparameters/text_summary") or [""]
-    cells = (line.strip().strip("|").split("|") for line in text[-1].splitlines()[2:])
-    return dict(c for c in cells if len(c) == 2)
-
-
 def parse_hyperparameters(texts):
-    """The flags a script logged as its `hyperparameters` text (a |param|value| table), numbers as numbers."""
+    """The flags a script logged as its `hyperparameters` text (a |param|value| table of its Args; TensorBoard's reader
+    names it hyperparameters/text_summary, the text plugin's tag), numbers as numbers."""
+    text = texts.get("hyperparameters") or texts.get("hyperparameters/text_summary") or [""]
     flags = {}
-    for key, value in hyperparameter_cells(texts).items():
+    for key, value in (c for c in (line.strip().strip("|").split("|") for line in text[-1].splitlines()[2:]) if len(c) == 2):
         for parse in (int, float):
             try:
                 flags[key] = parse(value)
@@ -443,31 +439,15 @@ def parse_hyperparameters(texts):
 COMPUTED, BY_DEVICE = ("batch_size", "num_iterations", "num_devices"), ("fuse_iterations", "unroll")
 
 
-def script_defaults(script):
-    """{field: default} of a script's Args, read from its source (the literal defaults; the script is not imported)."""
-    try:
-        tree = ast.parse((SCRIPTS / f"{script}.py").read_text())
-    except (OSError, SyntaxError, ValueError):
-        return {}
-    found = {}
-    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Args"):
-        for node in cls.body:
-            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
-                try:
-                    found[node.target.id] = ast.literal_eval(node.value)
-                except ValueError:  # not a literal (exp_name's, from __file__): always passed
-                    pass
-    return found
-
-
 def command_of_hyperparameters(texts, script):
     """A script's own run's flags as a command line, from its `hyperparameters` text (its Args after its flag checks):
-    every field whose value differs from the script's default, as tyro takes it (--x / --no-x for a bool, a tuple's
-    items in turn); not the fields the script fills in or the device chooses; under a scaling recipe the base
+    every field whose value differs from the script's default (its Args()), as tyro takes it (--x / --no-x for a bool,
+    a tuple's items in turn); not the fields the script fills in or the device chooses; under a scaling recipe the base
     learning rate (the logged one is scaled) and not the minibatches the recipe sets. None without the text."""
-    cells, defaults, flags = hyperparameter_cells(texts), script_defaults(script), parse_hyperparameters(texts)
-    if not cells or not defaults:
+    flags = parse_hyperparameters(texts)
+    if not flags or not (SCRIPTS / f"{script}.py").exists():
         return None
+    defaults = vars(script_module(script).Args())
     recipe = flags.get("scaling_recipe", "none")
     skip = set(COMPUTED) | set(BY_DEVICE) | ({"num_minibatches", "minibatch_size"} if recipe != "none" else set())
     if recipe != "none" and isinstance(flags.get("learning_rate"), float):  # resolve_recipe's lr0 x factor, undone
@@ -476,18 +456,15 @@ def command_of_hyperparameters(texts, script):
         flags["learning_rate"] = float(f"{flags['learning_rate'] / factor.get(recipe, 1.0):.12g}")
     argv = []
     for key, value in flags.items():
+        if isinstance(defaults.get(key), tuple) and isinstance(value, str):  # a tuple logged as "(0.01, 0.2)"
+            value = tuple(ast.literal_eval(value))
         if key in skip or value is None or key in defaults and value == defaults[key]:
             continue
         name = "--" + key.replace("_", "-")
         if isinstance(value, bool):
             argv.append(name if value else f"--no-{key.replace('_', '-')}")
-        elif isinstance(value, str) and value[:1] in "([" and value[-1:] in ")]":
-            try:
-                argv += [name, *(flag_value(v) for v in ast.literal_eval(value))]
-            except (ValueError, SyntaxError, TypeError):
-                argv += [name, value]
         else:
-            argv += [name, flag_value(value)]
+            argv += [name, *(flag_value(v) for v in (value if isinstance(value, tuple) else (value,)))]
     return argv
 
 

@@ -407,7 +407,7 @@ def test_a_scripts_own_run_gets_command_lines_from_its_hyperparameters_text(tmp_
     """A run started by hand (no launcher, no command.json): its flags come from the `hyperparameters` text the script
     logs, so its remedies are command lines too, which the script's own flag checks take."""
     module = load_script("ppo_ewma_jax")
-    args = module.resolve_args(tyro.cli(module.Args, args=ARGV))
+    args = module.resolve_args(tyro.cli(module.Args, args=ARGV + ["--num-seeds", "2"]))  # seeds in one program
     tb = write_run(tmp_path / "work", "stagnated")
     writer = module.SummaryWriter(str(tb))  # the script's own writer, its own table
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))
@@ -420,7 +420,9 @@ def test_a_scripts_own_run_gets_command_lines_from_its_hyperparameters_text(tmp_
         assert argv[:2] == ["python", "cleanrl_scale/ppo_ewma_jax.py"] and "--env-id" in argv
         given = argv[2:argv.index("--resume")] if "--resume" in argv else argv[2:]  # the checkpoint here is no real one
         assert refusal(module, given) is None, given
-    assert shlex.split(step["command"])[-1].endswith("checkpoints/iter_160.npz")
+    resume = shlex.split(step["command"])
+    assert resume[-1].endswith("checkpoints/iter_160.npz")
+    assert resume[resume.index("--num-seeds") + 1] == "2"  # its checkpoint holds both seeds: the resume takes both
 
 
 def test_a_scripts_own_resumed_run_is_read_as_one(tmp_path):
