@@ -15,7 +15,9 @@
 #               wheels and envpool's Atari ROMs from gpu_envpool_assets.sh, through ENVPOOL_ASSETS_PATH). 4 iterations
 #               a budget were too few on an H200: the compiled side's trace-and-capture time varied by more than 8
 #               iterations' steps. At 16, scaled from that run's whole processes, the cold runs and 3 pairs take
-#               about 15 minutes at 8 envs: more than one 10-minute device call (LIMIT_S=900+)
+#               about 15 minutes at 8 envs: more than one 10-minute device call (LIMIT_S=900+). TORCH_SMOKE=0 leaves
+#               the compiled smoke runs out and PAIRS=2 takes 2 pairs: about 8.5 minutes by the same scaling, one
+#               call (a command cut at its limit keeps the pairs it finished in its output)
 #   sizing      what SCALE=gpu's grids are sized from: run_seconds.py, whole processes of ppo_ewma_jax.py on
 #               Breakout-MinAtar with 10 seeds packed (the atari10 runners' configs 8 x 128, 32 x 32, 32 x 128), and
 #               jax_steps_per_second.py on locomotion at Table 2 with 5 seeds packed (the stagnation runners')
@@ -84,8 +86,10 @@ for p in ${PARTS:-device minatar locomotion sfl smoke}; do
     smoke)
       part cuda_smoke "${LIMIT_S:-600}" bash cuda_smoke.sh "$OUT_DIR/cuda_smoke_runs" ;;
     torch)
-      ONLY="ppo_atari_envpool_compiled pqn_atari_compiled ppo_rnd_compiled ppo_procgen_envpool_compiled" \
-        part cuda_smoke_compiled "${LIMIT_S:-600}" bash cuda_smoke.sh "$OUT_DIR/cuda_smoke_compiled_runs"
+      if [ "${TORCH_SMOKE:-1}" != 0 ]; then
+        ONLY="ppo_atari_envpool_compiled pqn_atari_compiled ppo_rnd_compiled ppo_procgen_envpool_compiled" \
+          part cuda_smoke_compiled "${LIMIT_S:-600}" bash cuda_smoke.sh "$OUT_DIR/cuda_smoke_compiled_runs"
+      fi
       for envs in ${TORCH_ENVS:-8}; do
         part "torch_ppo_atari_$envs" "${LIMIT_S:-600}" "$PY" vs_reference.py --reference "${CLEANRL:?CLEANRL: a CleanRL checkout}" \
           --bench ppo_atari --num-envs "$envs" --total-timesteps $((envs * 128 * 16)) --steady --pairs "$PAIRS" \
