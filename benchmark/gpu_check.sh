@@ -10,14 +10,13 @@
 #   smoke       cuda_smoke.sh: every GPU script (torch and JAX) a few iterations on CUDA
 #   torch       the torch scripts compiled: cuda_smoke.sh's --compile --cudagraphs runs of the four, then
 #               vs_reference.py --bench ppo_atari --steady at TORCH_ENVS (default 8) envs x 128 steps, TORCH_ITERATIONS
-#               (default 16) iterations a
-#               budget: CleanRL's script, the project's eager and, as --variant, compiled with CUDA graphs (CLEANRL: a
-#               CleanRL checkout; on the machine without a network, envpool and tensordict come as the kit's
-#               wheels and envpool's Atari ROMs from gpu_envpool_assets.sh, through ENVPOOL_ASSETS_PATH). 4 iterations
-#               a budget were too few on an H200: the compiled side's trace-and-capture time varied by more than 8
-#               iterations' steps. At 16, scaled from that run's whole processes, the cold runs and 3 pairs take
-#               about 15 minutes at 8 envs: more than one 10-minute device call (LIMIT_S=900+). TORCH_SMOKE=0 leaves
-#               the compiled smoke runs out (two of them took 66 and 75 s side by side there); TORCH_ITERATIONS=8
+#               (default 16) iterations a budget: CleanRL's script, the project's eager and, as --variant, compiled with
+#               CUDA graphs (CLEANRL: a CleanRL checkout; on the machine without a network, envpool and tensordict come
+#               as the kit's wheels and envpool's Atari ROMs from gpu_envpool_assets.sh, through ENVPOOL_ASSETS_PATH). 4
+#               iterations a budget were too few on an H200: the compiled side's trace-and-capture time varied by more
+#               than 8 iterations' steps. At 16, scaled from that run's whole processes, the cold runs and 3 pairs take
+#               about 15 minutes at 8 envs: more than one 10-minute device call (LIMIT_S=900+). TORCH_SMOKE=0 leaves the
+#               compiled smoke runs out (two of them took 66 and 75 s side by side there); TORCH_ITERATIONS=8
 #               (iterations a budget) brings the comparison to about 9 minutes by the same scaling, one call, at the
 #               risk the 4-iteration budgets ran into. A command cut at its limit keeps the pairs it finished
 #   sizing      what SCALE=gpu's grids are sized from: run_seconds.py, whole processes of ppo_ewma_jax.py on
