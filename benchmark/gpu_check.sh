@@ -16,9 +16,9 @@
 #               iterations a budget were too few on an H200: the compiled side's trace-and-capture time varied by more
 #               than 8 iterations' steps. At 16, scaled from that run's whole processes, the cold runs and 3 pairs take
 #               about 15 minutes at 8 envs: more than one 10-minute device call (LIMIT_S=900+). TORCH_SMOKE=0 leaves the
-#               compiled smoke runs out (two of them took 66 and 75 s side by side there); TORCH_ITERATIONS=8
-#               (iterations a budget) brings the comparison to about 9 minutes by the same scaling, one call, at the
-#               risk the 4-iteration budgets ran into. A command cut at its limit keeps the pairs it finished
+#               compiled smoke runs out (two of them took 66 and 75 s side by side there). By the same scaling 8
+#               iterations a budget still take about 11 minutes: at 3 pairs the comparison does not fit one 10-minute
+#               call. A command cut at its limit keeps the pairs it finished (no medians)
 #   sizing      what SCALE=gpu's grids are sized from: run_seconds.py, whole processes of ppo_ewma_jax.py on
 #               Breakout-MinAtar with 10 seeds packed (the atari10 runners' configs 8 x 128, 32 x 32, 32 x 128), and
 #               jax_steps_per_second.py on locomotion at Table 2 with 5 seeds packed (the stagnation runners')
@@ -26,9 +26,9 @@
 #   REFERENCE=~/src/purejaxrl bash benchmark/gpu_check.sh OUT_DIR        (PARTS="minatar locomotion" runs those alone)
 #
 # Stops before any run unless JAX's default backend is a GPU. REFERENCE is a checkout of PureJaxRL (the device and
-# minatar parts need it; nothing of it is in this repository). PAIRS (default 3) pairs for minatar. Each command has
-# its own time limit (LIMIT_S; defaults below); one past it is cut and the next runs. On an H200 (2026-11-26) a warm
-# whole process of either side took 10-15 s, so a minatar size of 3 pairs takes ~4 minutes.
+# minatar parts need it; nothing of it is in this repository). PAIRS (default 3) pairs for minatar and torch. Each
+# command has its own time limit (LIMIT_S; defaults below); one past it is cut and the next runs. On an H200
+# (2026-11-26) a warm whole process of either side took 10-15 s, so a minatar size of 3 pairs takes ~4 minutes.
 # VARIANTS / XLA_VARIANTS (space-separated) add the device part's --variant FLAG=VALUE / --xla-variant OPTION=VALUE[;...]
 # sides. Every command's output goes to OUT_DIR/<part>.txt (and .json where the command writes one) as it runs.
 set -uo pipefail
