@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmark"))
 import vs_reference  # noqa: E402
 
 STAND_IN = ROOT / "tests" / "reference_stand_in"
-TINY = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "32"]
+TINY = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "128"]  # 4 iterations: in-run rates over 2
 
 
 def harness(*args, cwd):
@@ -43,6 +43,12 @@ def test_pairs_alternate_each_side_first_in_turn_and_ratios_are_medians_of_pairs
     assert report["median_ratio"] == pytest.approx(statistics.median(p["ratio"] for p in pairs))
     assert report["median_against_ratio"] == pytest.approx(statistics.median(p["against_ratio"] for p in pairs))
     assert report["median_variant_vs_project"] == pytest.approx(statistics.median(p["variant_vs_project"] for p in pairs))
+    # the in-run rates, from each run's own charts/SPS points (the stand-in logs one an iteration, as CleanRL does)
+    for pair in pairs:
+        assert min(pair[f"{side}_in_run_sps"] for side in ("reference", "project", "against", "variant")) > 0
+        assert pair["in_run_ratio"] == pytest.approx(pair["project_in_run_sps"] / pair["reference_in_run_sps"])
+        assert pair["variant_in_run_ratio"] == pytest.approx(pair["variant_in_run_sps"] / pair["reference_in_run_sps"])
+    assert report["median_in_run_ratio"] == pytest.approx(statistics.median(p["in_run_ratio"] for p in pairs))
     # the printed lines: a line per pair, in order, the commands, then the medians with the machine
     lines = result.stdout.splitlines()
     assert [line.split(":")[0] for line in lines if line.startswith("pair ")] == ["pair 1", "pair 2", "pair 3", "pair 4"]
@@ -60,7 +66,7 @@ def test_edits_make_the_stand_in_run_and_an_unedited_copy_fails(tmp_path):
     name = vs_reference.prepare_reference(bench, STAND_IN, tmp_path)
     edited = (tmp_path / name).read_text()
     assert "import gymnasium as gym" in edited and "envs.num_envs = args.num_envs" not in edited
-    argv = ["--env-id", "Breakout-v5", "--num-envs", "2", "--total-timesteps", "8"]
+    argv = ["--env-id", "Breakout-v5", "--num-envs", "2", "--num-steps", "4", "--total-timesteps", "8"]
     ran = subprocess.run([sys.executable, name, *argv], cwd=tmp_path, capture_output=True, text=True)
     assert ran.returncode == 0 and "stand-in: 8 steps" in ran.stdout, ran.stderr[-3000:]
     original = subprocess.run([sys.executable, str(STAND_IN / bench.reference), *argv], cwd=tmp_path,
@@ -137,6 +143,28 @@ def test_steady_rates_are_the_extra_steps_over_the_extra_seconds():
     assert rates == pytest.approx({"reference": 200 / 4.0, "project": 200 / 2.5})
     unresolved = vs_reference.steady_rates({"reference": {100: 10.0, 300: 9.9}, "project": {100: 1.0, 300: 2.0}}, [100, 300])
     assert unresolved == {"reference": None, "project": pytest.approx(200.0)}
+
+
+def test_an_in_run_rate_is_the_steps_over_the_seconds_of_the_second_half_of_the_iterations(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    walls = [100.0, 103.0, 104.0, 105.5, 106.0, 108.0]  # the ends of 6 iterations of 32 steps
+    writer = SummaryWriter(str(tmp_path / "runs" / "run"))
+    for i, wall in enumerate(walls):
+        writer.add_scalar("charts/SPS", 1.0, 32 * (i + 1), walltime=wall)
+    writer.close()
+    assert vs_reference.in_run_rate(tmp_path) == pytest.approx((6 - 4) * 32 / (108.0 - 105.5))  # iterations 5 and 6
+    assert vs_reference.in_run_rate(tmp_path / "nowhere") is None
+    short = SummaryWriter(str(tmp_path / "short" / "runs" / "run"))
+    for i in range(3):
+        short.add_scalar("charts/SPS", 1.0, 32 * (i + 1), walltime=100.0 + i)
+    short.close()
+    assert vs_reference.in_run_rate(tmp_path / "short") is None  # under 4 points
+    fused = SummaryWriter(str(tmp_path / "fused" / "runs" / "run"))
+    for i in range(4):
+        fused.add_scalar("charts/SPS", 1.0, 32 * (i + 1), walltime=100.0)  # one fused call's iterations, logged together
+    fused.close()
+    assert vs_reference.in_run_rate(tmp_path / "fused") is None
 
 
 def test_steady_runs_both_budgets_cold_first(tmp_path):

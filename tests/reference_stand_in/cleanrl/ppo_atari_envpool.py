@@ -1,11 +1,14 @@
-"""Stand-in for CleanRL's ppo_atari_envpool.py in tests/test_vs_reference.py: random actions, the old gym API."""
+"""Stand-in for CleanRL's ppo_atari_envpool.py in tests/test_vs_reference.py: random actions, the old gym API; a
+TensorBoard point charts/SPS at the end of every iteration of num_envs x num_steps steps, as the script logs it."""
 import os
+import time
 from dataclasses import dataclass
 
 import envpool
 import gym
 import numpy as np
 import tyro
+from torch.utils.tensorboard import SummaryWriter
 
 
 @dataclass
@@ -50,6 +53,10 @@ if __name__ == "__main__":
     envs = RecordEpisodeStatistics(envs)
     envs.reset()
     rng = np.random.default_rng(args.seed)
-    for _ in range(args.total_timesteps // args.num_envs):
-        envs.step(rng.integers(0, envs.single_action_space.n, size=args.num_envs))
+    writer, start = SummaryWriter(f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"), time.time()
+    for _ in range(args.total_timesteps // (args.num_envs * args.num_steps)):
+        for _ in range(args.num_steps):
+            envs.step(rng.integers(0, envs.single_action_space.n, size=args.num_envs))
+        writer.add_scalar("charts/SPS", envs.steps / (time.time() - start), envs.steps)
+    writer.close()
     print(f"stand-in: {envs.steps} steps")
