@@ -9,16 +9,17 @@
 #   sfl         sfl_steps_per_second.py first-update: ppo_kinetix_sfl.py --model mlp, size s, Table 3's 2,048 preset
 #   smoke       cuda_smoke.sh: every GPU script (torch and JAX) a few iterations on CUDA
 #   torch       the torch scripts compiled: cuda_smoke.sh's --compile --cudagraphs runs of the four (TORCH_SMOKE=0
-#               leaves them out), then vs_reference.py --bench ppo_atari at TORCH_ENVS (default 8) envs x 128 steps,
-#               TORCH_ITERATIONS (default 24) iterations a run: CleanRL's script, the project's eager and, as --variant,
-#               compiled with CUDA graphs (CLEANRL: a CleanRL checkout; on the machine without a network, envpool and
-#               tensordict come as the kit's wheels and envpool's Atari ROMs from gpu_envpool_assets.sh, through
-#               ENVPOOL_ASSETS_PATH). Its rates are each run's in-run steps/s (the second half of its iterations, from
-#               its own TensorBoard points: start-up, compilation and capture left out), beside whole-process ratios.
-#               The --steady budgets it took before (16 iterations at 1x and 3x, cold runs first) would take about 15
-#               minutes at 8 envs by the scaling of the H200 run of 2026-11-27, more than one 10-minute device call;
-#               these runs, by the same scaling, about 5 (an estimate). A command cut at its limit keeps the pairs it
-#               finished (no medians)
+#               leaves them out; two of them took 66 and 75 s side by side on an H200), then vs_reference.py --bench
+#               ppo_atari at TORCH_ENVS (default 8) envs x 128 steps, TORCH_ITERATIONS (default 24) iterations a run:
+#               CleanRL's script, the project's eager and, as --variant, compiled with CUDA graphs (CLEANRL: a CleanRL
+#               checkout; on the machine without a network, envpool and tensordict come as the kit's wheels and
+#               envpool's Atari ROMs from gpu_envpool_assets.sh, through ENVPOOL_ASSETS_PATH). Its rates are each run's
+#               in-run steps/s (the second half of its iterations, from its own TensorBoard points: start-up,
+#               compilation and capture left out), beside whole-process ratios. The --steady budgets it took before (16
+#               iterations at 1x and 3x, cold runs first) would take about 15 minutes at 8 envs by the scaling of the
+#               H200 run of 2026-11-27, more than one 10-minute device call; these runs, every compiled one compiling
+#               cold, about 6-7 by the same scaling (an estimate): one call with TORCH_SMOKE=0. A command cut at its
+#               limit keeps the pairs it finished (no medians)
 #   sizing      what SCALE=gpu's grids are sized from: run_seconds.py, whole processes of ppo_ewma_jax.py on
 #               Breakout-MinAtar with 10 seeds packed (the atari10 runners' configs 8 x 128, 32 x 32, 32 x 128), and
 #               jax_steps_per_second.py on locomotion at Table 2 with 5 seeds packed (the stagnation runners')

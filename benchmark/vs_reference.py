@@ -19,11 +19,11 @@ Reported per pair: both wall times and their ratio
 per-pair ratios and the machine. Steps/s is the steps both processes train (--total-timesteps, a
 multiple of num_envs x num_steps so that both train exactly that many) over the whole-process time.
 
-Where both sides log a TensorBoard point charts/SPS at the end of every iteration (CleanRL's scripts and the
-project's do; PureJaxRL's logs nothing while it runs), each pair also reports in-run rates: a run's steps in the second
-half of its iterations over their wall time, from the points' wall times (start-up, compilation and capture left out;
-4 iterations a run at least), and the project's in-run rate over the reference's (above 1: the project is faster;
-with --variant the variant's too), with their medians.
+On the CleanRL benches, where both sides log a TensorBoard point charts/SPS at the end of every iteration, each pair
+also reports in-run rates: a run's steps in the second half of its iterations (the last n - n // 2 of n, 4 at least)
+over their wall time, from the points' wall times (start-up, compilation and capture left out), and the project's
+in-run rate over the reference's (above 1: the project is faster; with --variant the variant's, with --against the
+project's over the revision's), with their medians.
 --steady adds steady-state rates that do not depend on when either side logs or how long it compiles: each side
 also trains 3 x --total-timesteps in its own process, and its steady rate is the 2 x --total-timesteps extra steps
 over the extra seconds; both sides then share one persistent compilation cache, filled by a cold run of each side
@@ -200,21 +200,22 @@ def commands(bench, opts, reference_file, total_timesteps=None):
 
 
 def in_run_rate(workdir):
-    """Steps/s over the second half of a run's iterations, from the wall times of its TensorBoard charts/SPS points
-    (each script logs one at the end of every iteration, CleanRL's too); None without a run, with under 4 points, or
-    where the second half's points share one wall time (a JAX script logs the iterations of a fused call together)."""
+    """Steps/s over the second half of a run's iterations (the last n - n // 2 of n), from the wall times of its
+    TensorBoard charts/SPS points, one at the end of every iteration (the torch scripts, CleanRL's too): from the point
+    that ends iteration n // 2 to the last; None without a run, with under 4 points, or with no time between the two."""
     runs = run_dirs(workdir)
     points = sorted(read_tensorboard_run(runs[0])[0].get("charts/SPS", []), key=lambda e: e.step) if runs else []
-    if len(points) < 4 or points[-1].wall_time <= points[len(points) // 2].wall_time:
+    if len(points) < 4:
         return None
-    half, last = points[len(points) // 2], points[-1]
-    return (last.step - half.step) / (last.wall_time - half.wall_time)
+    start, last = points[len(points) // 2 - 1], points[-1]
+    return (last.step - start.step) / (last.wall_time - start.wall_time) if last.wall_time > start.wall_time else None
 
 
-def timed_run(argv, workdir, copy_from, cache=None, first=False):
+def timed_run(argv, workdir, copy_from, cache=None, first=False, purejaxrl=False):
     """Run `python argv` in a fresh copy of `copy_from`'s files under `workdir`: (whole-process wall seconds, if
-    `first` the seconds from launch to its first logged iteration, else None, its in-run rate or None). JAX's
-    persistent compilation cache is off unless `cache` names its directory (then on for either side)."""
+    `first` the seconds from launch to its first logged iteration, else None, its in-run rate, None on a PureJaxRL
+    bench: the reference logs nothing, and the JAX script logs a fused call's iterations together). JAX's persistent
+    compilation cache is off unless `cache` names its directory (then on for either side)."""
     shutil.copytree(copy_from, workdir)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     # torch.compile's cache: the run's own (cold), or --steady's shared one
@@ -230,7 +231,7 @@ def timed_run(argv, workdir, copy_from, cache=None, first=False):
     if first:
         (run,) = run_dirs(workdir)
         first = read_tensorboard_run(run)[0]["charts/SPS"][0].wall_time - launched
-    return seconds, first or None, in_run_rate(workdir)
+    return seconds, first or None, None if purejaxrl else in_run_rate(workdir)
 
 
 def steady_rates(seconds, budgets):
@@ -355,9 +356,9 @@ def main(argv=None):
         firsts, in_run = {}, {}  # side -> seconds from launch to the first logged iteration, in-run steps/s (last run)
 
         def run(side, budget, name):
-            seconds, firsts[side], in_run[side] = timed_run(
-                argvs[side, budget], root / f"{name}_{side}_{budget}", root / side, cache,
-                first=side == "project" and bench.reference.startswith("purejaxrl/"))
+            purejaxrl = bench.reference.startswith("purejaxrl/")
+            seconds, firsts[side], in_run[side] = timed_run(argvs[side, budget], root / f"{name}_{side}_{budget}",
+                                                            root / side, cache, side == "project" and purejaxrl, purejaxrl)
             return seconds
 
         report = {"bench": opts.bench, "machine": machine, "reference": argvs["reference", budgets[-1]],
@@ -383,6 +384,9 @@ def main(argv=None):
                 pair["in_run_ratio"] = in_run["project"] / in_run["reference"]
                 line += (f"; in-run reference {in_run['reference']:,.0f} steps/s, project {in_run['project']:,.0f} "
                          f"steps/s, ratio x{pair['in_run_ratio']:.3f}")
+                if opts.against and in_run["against"]:
+                    pair["against_in_run_ratio"] = in_run["project"] / in_run["against"]
+                    line += f", at {opts.against} {in_run['against']:,.0f} steps/s (x{pair['against_in_run_ratio']:.3f})"
                 if opts.variant_flags and in_run["variant"]:
                     pair["variant_in_run_ratio"] = in_run["variant"] / in_run["reference"]
                     line += f", variant {in_run['variant']:,.0f} steps/s, x{pair['variant_in_run_ratio']:.3f}"
@@ -423,6 +427,7 @@ def main(argv=None):
         report["pairs"] = pairs
         for key, what in (("ratio", "reference s / project s"), ("steady_ratio", "project steady steps/s / reference's"),
                           ("in_run_ratio", "project in-run steps/s / reference's"),
+                          ("against_in_run_ratio", f"project in-run steps/s / at {opts.against}"),
                           ("variant_in_run_ratio", "variant in-run steps/s / reference's"),
                           ("first_margin_s", "seconds to the project's first logged iteration - the reference's whole process"),
                           ("against_ratio", f"project at {opts.against} s / project s"),

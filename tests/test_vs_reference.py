@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmark"))
 import vs_reference  # noqa: E402
 
 STAND_IN = ROOT / "tests" / "reference_stand_in"
-TINY = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "128"]  # 4 iterations: in-run rates over 2
+TINY = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "128"]  # 4 iterations: in-run rates over the last 2
 
 
 def harness(*args, cwd):
@@ -48,9 +48,13 @@ def test_pairs_alternate_each_side_first_in_turn_and_ratios_are_medians_of_pairs
         assert min(pair[f"{side}_in_run_sps"] for side in ("reference", "project", "against", "variant")) > 0
         assert pair["in_run_ratio"] == pytest.approx(pair["project_in_run_sps"] / pair["reference_in_run_sps"])
         assert pair["variant_in_run_ratio"] == pytest.approx(pair["variant_in_run_sps"] / pair["reference_in_run_sps"])
-    assert report["median_in_run_ratio"] == pytest.approx(statistics.median(p["in_run_ratio"] for p in pairs))
+        assert pair["against_in_run_ratio"] == pytest.approx(pair["project_in_run_sps"] / pair["against_in_run_sps"])
+    for key in ("in_run_ratio", "variant_in_run_ratio", "against_in_run_ratio"):
+        assert report[f"median_{key}"] == pytest.approx(statistics.median(p[key] for p in pairs))
     # the printed lines: a line per pair, in order, the commands, then the medians with the machine
     lines = result.stdout.splitlines()
+    assert sum("; in-run reference " in line for line in lines) == 4
+    assert any(line.startswith("median of 4 per-pair in run ratios") for line in lines)
     assert [line.split(":")[0] for line in lines if line.startswith("pair ")] == ["pair 1", "pair 2", "pair 3", "pair 4"]
     assert "variant:   python ppo_atari_envpool.py" in result.stdout and "--kl-sample 16" in result.stdout
     assert f"x{report['median_variant_vs_project']:.3f}" in lines[-1]
@@ -153,18 +157,18 @@ def test_an_in_run_rate_is_the_steps_over_the_seconds_of_the_second_half_of_the_
     for i, wall in enumerate(walls):
         writer.add_scalar("charts/SPS", 1.0, 32 * (i + 1), walltime=wall)
     writer.close()
-    assert vs_reference.in_run_rate(tmp_path) == pytest.approx((6 - 4) * 32 / (108.0 - 105.5))  # iterations 5 and 6
+    assert vs_reference.in_run_rate(tmp_path) == pytest.approx(3 * 32 / (108.0 - 104.0))  # iterations 4 to 6
     assert vs_reference.in_run_rate(tmp_path / "nowhere") is None
     short = SummaryWriter(str(tmp_path / "short" / "runs" / "run"))
     for i in range(3):
         short.add_scalar("charts/SPS", 1.0, 32 * (i + 1), walltime=100.0 + i)
     short.close()
     assert vs_reference.in_run_rate(tmp_path / "short") is None  # under 4 points
-    fused = SummaryWriter(str(tmp_path / "fused" / "runs" / "run"))
+    still = SummaryWriter(str(tmp_path / "still" / "runs" / "run"))
     for i in range(4):
-        fused.add_scalar("charts/SPS", 1.0, 32 * (i + 1), walltime=100.0)  # one fused call's iterations, logged together
-    fused.close()
-    assert vs_reference.in_run_rate(tmp_path / "fused") is None
+        still.add_scalar("charts/SPS", 1.0, 32 * (i + 1), walltime=100.0)
+    still.close()
+    assert vs_reference.in_run_rate(tmp_path / "still") is None  # no time between the window's two points
 
 
 def test_steady_runs_both_budgets_cold_first(tmp_path):
