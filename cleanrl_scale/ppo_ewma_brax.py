@@ -1,6 +1,6 @@
 """PPO and PPO-EWMA in JAX on Brax continuous control: the stagnation paper's outer-loop analysis at massive parallelism.
 
-PureJaxRL's continuous PPO (`ppo_continuous_action.py`) with the instruments of ppo_ewma_jax.py, in place of the
+PureJaxRL's continuous PPO (`ppo_continuous_action.py`) with the instruments of the project's Kinetix/gymnax PPO-EWMA script, in place of the
 papers' Isaac Gym runs (stagnation Fig. 10, the data-collection rebuttal's N_envs study):
 - Brax's environments (`--env-id ant`, `humanoid`, `hopper`, ...) wrapped as PureJaxRL wraps them: episodes of 1,000
   steps with auto-reset, actions clipped to [-1, 1], running observation and return normalisation; a Gaussian policy
@@ -13,27 +13,19 @@ papers' Isaac Gym runs (stagnation Fig. 10, the data-collection rebuttal's N_env
 - the learning-dynamics metrics of the data-collection paper (App. B), computed inside the jitted update on a sample of
   the batch every --dynamics-every iterations.
 PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of them scanned in
-one call; the host loop logs a call's stacked metrics while the next call runs, and checkpoints.
+one call; the host loop logs a call's stacked metrics while the next call runs, and checkpoints. Below the
+appendix line: the run's plumbing.
 Departures from PureJaxRL's ppo_continuous_action.py: the exact KL after the update (for the DDR), the metrics above,
 --num-seeds vmapped in one program, and `--brax-fresh-starts` (off by default) for Isaac Gym's re-randomised resets.
 """
 import contextlib
 import io
-import json
 import math
 import os
-import re
-import signal
-import sys
-import threading
 import time
-import traceback
 import warnings
-from collections import deque
-from concurrent.futures import Future
-from dataclasses import asdict, dataclass
-from fractions import Fraction
-from functools import lru_cache, partial
+from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple, Optional
 
 import flax.linen as nn
@@ -41,40 +33,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import tyro
 from flax.linen.initializers import constant, orthogonal
-from tensorboard.compat.proto.event_pb2 import Event
-from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
-from tensorboard.compat.proto.tensor_pb2 import TensorProto
-from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
-from tensorboard.summary.writer import event_file_writer
-from tqdm import tqdm
 
-# --fuse-iterations 0: iterations per jitted call until a call trains on this many transitions. Below it a call's
-# fixed host cost (dispatch, fetching and logging its metrics) is a large share of its compute: on a 2-core CPU
-# 32,768 transitions take ~0.5-1 s; a GPU trains them in a few milliseconds and needs ~64 times more per call.
-FUSE_TRANSITIONS = {"cpu": 32_768, "accelerator": 2_097_152}
-# a call takes no more iterations than end within this many seconds of its start (measured on the calls before it):
-# a signal is honoured at the end of the running call, so a raised --fuse-iterations never makes a SIGTERM wait for
-# the whole run (the running call and the one queued behind it: Slurm sends SIGKILL 30 s after SIGTERM by default)
-CALL_SECONDS = 5.0
-UNROLL = {"cpu": 1, "accelerator": 4}  # --unroll 0 by the device (benchmark/profile_jax.py --variant unroll=K measures it)
-LR_BLOCK = 65_536  # iterations whose logged learning rates are computed at once
 KL_CHUNK = 262_144  # states a forward pass of the KL after the update takes at most (its activations' memory)
 
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
     seed: int = 1
     """seed of the experiment"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanrl-scale"
-    """the wandb's project name"""
-    wandb_entity: Optional[str] = None
-    """the entity (team) of wandb's project"""
 
     # Environment
     env_id: str = "hopper"
@@ -165,60 +132,80 @@ class Args:
     num_seeds: int = 1
     """train seeds --seed, --seed + 1, ... in one vmapped program, as PureJaxRL vmaps `train`; each writes its own run,
     with the numbers it would have alone"""
-    fuse_iterations: int = 0
-    """iterations per jitted call (scanned, their metrics fetched once); 0: as many as fill 32,768 transitions of all
-    seeds on a CPU, 2,097,152 on a GPU or TPU; a call also ends at each checkpoint"""
-    unroll: int = 0
-    """steps of the rollout, GAE and minibatch scans unrolled (lax.scan's `unroll`; the same computation, float
-    rounding aside); 0: 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
-    transitions, else 1"""
-    compile_cache: bool = True
-    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax)"""
-
-    # Checkpoints
-    save_every: int = 0
-    """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0: never)"""
-    keep_checkpoints: int = 3
-    """keep the run's newest this many checkpoints (0: keep every one)"""
-    resume: Optional[str] = None
-    """continue from this checkpoint; --ewma-com, --clip-coef and other non-structural flags may change"""
-
-    # to be filled in runtime
-    batch_size: int = 0
-    """the batch size (computed in runtime: setting it is refused)"""
-    num_iterations: int = 0
-    """the number of iterations (computed in runtime: setting it is refused)"""
 
 
-RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
+# ---------------------------------------------------------------------------------------------
+# Flag rules (the generic ones, and RunArgs' run flags: in the appendix); what a checkpoint holds
+# ---------------------------------------------------------------------------------------------
+BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
+ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
+ITERATION = "iteration"  # what the logs call one rollout and update
+FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
+    ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size",
+                                           "num_layers", "dynamics_batch", "num_seeds", "learning_rate", "max_grad_norm",
+                                           "vf_clip_coef")),
+    ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "dynamics_every", "ent_coef", "vf_coef", "dormant_tau",
+                                        "ewma_com")),
+    ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda")),
+    ("must lie in (0, 1)", lambda v: 0 < v < 1, ("clip_coef",)),  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
+    ("must be 0 (no bound) or >= 1", lambda v: v == 0 or v >= 1, ("imp_samp_max",)),  # below 1: biased on-policy samples
+    (f"must be one of {', '.join(ACTIVATIONS)}", lambda v: v in ACTIVATIONS, ("activation",)),
+    (f"must be one of {', '.join(BRAX_BACKENDS)}", lambda v: v in BRAX_BACKENDS, ("brax_backend",)),
+)
+# run flags of the appendix this script does not use: given, they are refused
+UNUSED_RUN_FLAGS = dict.fromkeys(("distributed", "coordinator_address", "num_processes", "process_id", "num_devices"),
+                                 "it trains on one device of one process")
+# a checkpoint holds the runner state (parameters, optimiser, EWMA, Brax's states with the normalisation statistics,
+# rng), each seed's, with a seed axis for several seeds; these flags fix their shapes (every other may change on --resume)
+STRUCTURAL_FLAGS = ("env_id", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend", "num_seeds")
+DROPPED_FLAGS = ()  # flags this script no longer has, which a checkpoint of an older version lists
 
 
-def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
-    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
-    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
-    if base_num_envs <= 0 or base_num_minibatches <= 0:
-        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
-    if (base_num_envs * num_steps) % base_num_minibatches:
-        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
-    k = Fraction(num_envs, base_num_envs)
-    base_mb_size = base_num_envs * num_steps // base_num_minibatches
-    if recipe == "more-minibatches":
-        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
-    elif recipe == "bigger-minibatch":
-        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
-    elif recipe == "bigger-minibatch-sqrt-lr":
-        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
-    elif recipe == "hybrid":
-        if b <= 0:
-            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
-        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
-    else:
-        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
-    mb_size = size_factor * base_mb_size
-    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
-        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
-                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
-    return int(minibatches), int(mb_size), lr0 * lr_factor
+def brax_env_ids():
+    """The environments Brax registers (ant, humanoid, ...)."""
+    return tuple(import_brax_envs()._envs)  # Brax's registry (get_environment / register_environment read and write it)
+
+
+def check_args(args, num_devices=None):
+    """The rules FLAG_RULES cannot say, and the computed fields (the appendix's resolve_args calls it)."""
+    if not 0 <= args.seed <= 2**31 - args.num_seeds:  # the seeds are int32 inside the program
+        raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
+    if args.track and args.num_seeds > 1:
+        raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
+    if args.env_id not in brax_env_ids():
+        raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
+    import mujoco  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
+
+    previous = mujoco.get_mju_user_warning()
+    mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
+    try:
+        with warnings.catch_warnings():  # Brax's notice that it is no longer maintained: said once, by make_env
+            warnings.simplefilter("ignore")
+            import_brax_envs().get_environment(args.env_id, backend=args.brax_backend)
+    except ValueError as e:
+        raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
+    finally:
+        mujoco.set_mju_user_warning(previous)
+    if args.imp_samp_max is None:
+        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
+    resolve_batch(args)
+    if args.num_iterations * args.update_epochs * args.num_minibatches >= 2**31:
+        raise BadFlag(f"--total-timesteps {args.total_timesteps} gives {args.num_iterations} iterations of "
+                      f"{args.update_epochs * args.num_minibatches} minibatch steps: at most 2^31 - 1 steps (optax counts them "
+                      "in int32)")
+    if args.batch_size * args.num_seeds >= 2**31:
+        raise BadFlag(f"--num-envs x --num-steps x --num-seeds must be below 2^31 (the program indexes its batch with int32; "
+                      f"got {args.batch_size * args.num_seeds})")
+    storage = args.batch_size * args.num_seeds * 24  # a transition's observation (one float32 at least) and 5 numbers
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if storage > memory:
+        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}{f' x --num-seeds {args.num_seeds}' * (args.num_seeds > 1)}: "
+                      f"the batch alone takes {storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
+
+
+def call_ends(args):
+    """Periods (in iterations) at which a call must end besides checkpoints: none (no evaluation)."""
+    return ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -309,7 +296,6 @@ def make_env(args):
 # ---------------------------------------------------------------------------------------------
 # Network: MLPs and PureJaxRL's Gaussian policy
 # ---------------------------------------------------------------------------------------------
-ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 class MLP(nn.Module):
     hidden_size: int
     num_layers: int
@@ -508,19 +494,6 @@ class RunnerState(NamedTuple):
     rng: jnp.ndarray
 
 
-def hyperparameters(args):
-    """The float flags the update takes as traced values, float32: one compiled program serves every value of them (a
-    grid over the learning rate, clip epsilon or COM, a run's budget, a resume with a new COM or epsilon), so the
-    persistent compilation cache serves them all. The flags that shape the program stay Python constants."""
-    updates = args.num_iterations * args.update_epochs * args.num_minibatches
-    values = {"learning_rate": args.learning_rate, "lr_anneal_updates": updates, "clip_coef": args.clip_coef,
-              "vf_clip_coef": args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef,
-              "ent_coef": args.ent_coef, "vf_coef": args.vf_coef, "max_grad_norm": args.max_grad_norm,
-              "gamma": args.gamma, "gae_lambda": args.gae_lambda,
-              "ewma_beta": ewma_beta(args.ewma_com) if args.ewma_com is not None else 0.0}
-    return {name: np.float32(value) for name, value in values.items()}
-
-
 def make_train(args, env):
     """(init, update, learning-rate schedule) for these flags, PureJaxRL style."""
     actor = GaussianActor(args.hidden_size, args.num_layers, env.action_size, args.activation)
@@ -550,7 +523,7 @@ def make_train(args, env):
         return critic.apply(critic_params, obs)[..., 0]
 
     def init(rng):
-        rng, k_actor, k_critic, _, _, k_reset = jax.random.split(rng, 6)  # ppo_ewma_jax.py's keys: a seed's same draws
+        rng, k_actor, k_critic, _, _, k_reset = jax.random.split(rng, 6)  # the Kinetix/gymnax script's keys: a seed's same draws
         dummy = jnp.zeros((1, env.obs_dim))
         params = {"actor": actor.init(k_actor, dummy), "critic": critic.init(k_critic, dummy)}
         obs, env_state = env.reset(jax.random.split(k_reset, args.num_envs))
@@ -708,199 +681,182 @@ def make_train(args, env):
             metrics["losses/prox_kl"] = prox_kl_sums.sum() / args.batch_size
         return runner, {**metrics, **dynamics}
 
-    update_once = jax.jit(update)
-
-    def fused_update(runner, measure, active, hyper=None):
-        """--fuse-iterations iterations in one call: a scan of `update` whose metrics come back stacked. An iteration
-        whose `active` is False leaves the runner as it is (a call that ends early, at a checkpoint or the last
-        iteration, has the same shapes and so the same compiled program)."""
-        shapes = jax.eval_shape(update_once, runner, measure[0], hyper)[1]  # cached: the cond below traces no more
-
-        def skipped(runner):
-            return runner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-
-        def body(runner, x):
-            measure, active = x
-            return jax.lax.cond(active, lambda r: update_once(r, measure, hyper), skipped, runner)
-
-        return jax.lax.scan(body, runner, (measure, active))
-
-    return init, fused_update, schedule
+    return init, fuse(jax.jit(update)), schedule
 
 
-def main(args, stop):
-    """Train; the exit status (0, or 75 / 130 after a stop with a checkpoint)."""
-    resolve_fuse_iterations(args)
+# ---- The host side: for each call, train its iterations of every seed, log them (the plumbing: Run, in the appendix)
+def logged_metrics(args, metrics):
+    """One iteration's {tag: value} of one run as logged: the episodes that ended, as means; the DDR (§4.4)."""
+    episodes, ret_sum, len_sum = (metrics.pop(k) for k in ("episodes", "episode_return_sum", "episode_length_sum"))
+    if episodes:
+        metrics["charts/episodic_return"] = ret_sum / episodes
+        metrics["charts/episodic_length"] = len_sum / episodes
+    metrics["charts/ddr"] = args.batch_size / max(metrics["losses/approx_kl"], 1e-12)
+    return metrics
+
+
+def train(args, run):
+    """PureJaxRL's train(rng), one call at a time: each seed's state, then for each call its iterations, logged."""
     env = make_env(args)
     init, update, schedule = make_train(args, env)
     # --num-seeds: each seed's keys as a lone run makes them; every array below has a leading seed axis
     seeds = [args.seed + i for i in range(args.num_seeds)]
-    # (seeds, [rng, levels, init]): ppo_ewma_jax.py's split, whose second key samples its levels
+    # (seeds, [rng, levels, init]): the Kinetix/gymnax script's split, whose second key samples its levels
     k_init = jnp.stack([jax.random.split(jax.random.PRNGKey(seed), 3) for seed in seeds])[:, 2]
     start = jax.jit(jax.vmap(init))  # jitted: eval_shape's trace is reused by the call
-    runner_shape = jax.eval_shape(start, k_init)
-    start_iteration, global_step, train_seconds = 0, 0, 0.0
-    if args.resume is not None:  # one seed's checkpoint holds its arrays as a lone run's (no seed axis)
-        target = runner_shape
-        if args.num_seeds == 1:
-            target = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), target)
-        runner, start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, target)
-        if args.num_seeds == 1:
-            runner = jax.tree.map(lambda x: x[None], runner)
-    tags = []  # the scalar metrics in the order train_call stacks them (set when it is traced)
-
+    shape = jax.eval_shape(start, k_init)
+    if args.resume is not None:
+        runner = run.restore_seeds(shape)
+    train_call, tags = over_seeds(update, args.num_seeds)
     hyper = hyperparameters(args)  # traced: other values of these flags run the same program
-
-    def train_call(runner, measure, active, hyper):
-        """--fuse-iterations iterations of every seed; every scalar metric comes back in one (seeds, iterations, tags)
-        array, one transfer a call."""
-        if args.num_seeds == 1:  # one seed: the lone run's program itself
-            runner, metrics = update(jax.tree.map(lambda x: x[0], runner), measure, active, hyper)
-            runner, metrics = jax.tree.map(lambda x: x[None], (runner, metrics))
-        else:
-            runner, metrics = jax.vmap(update, in_axes=(0, None, None, None))(runner, measure, active, hyper)
-        tags[:] = list(metrics)
-        return runner, jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
-
-    # the update compiles on a second thread while this one sets the run up
-    train_call = jax.jit(train_call, donate_argnums=0)
-    flags_shape = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
-    compiled_update, = stop.compiling = in_background(
-        lambda: train_call.lower(runner_shape, flags_shape, flags_shape, hyper).compile())
+    slots = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
+    (train_call,) = run.compile(lambda: train_call.lower(shape, slots, slots, hyper).compile())
     stamp = int(time.time())
-    run_names = [f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds]
+    run.start([f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds], schedule)
     mode = "PPO" if args.ewma_com is None else f"PPO-EWMA (COM {args.ewma_com:g}, beta {ewma_beta(args.ewma_com):.4f})"
-    print(
-        f"{mode}: batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
-        f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
-        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
-        + (f"; seeds {seeds[0]}..{seeds[-1]} in one program" if args.num_seeds > 1 else "")
-        + (f"; resuming {args.resume} after iteration {start_iteration}" if args.resume else "")
-    )
+    print(f"{mode}: batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
+          f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} (recipe "
+          f"{args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
+          + (f"; seeds {seeds[0]}..{seeds[-1]} in one program" if args.num_seeds > 1 else "")
+          + (f"; resuming {args.resume} after iteration {run.start_iteration}" if args.resume else ""))
     if args.ewma_com is not None:
         steps = args.update_epochs * args.num_minibatches
-        print(f"PPO-EWMA: COM {args.ewma_com:g}; PPO's proximal policy lags (steps - 1) / 2 = {(steps - 1) / 2:g} of the {steps} "
-              f"minibatch steps of an iteration on average (COM / lag = {args.ewma_com / max((steps - 1) / 2, 0.5):.2g}); far "
-              "below it, watch losses/approx_kl and losses/entropy (docs/ppo_ewma_brax.md, PPO-EWMA)")
-    if args.track:
-        import wandb
-
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                   config=vars(args), name=run_names[0], save_code=True)
-    writers = [SummaryWriter(f"runs/{name}") for name in run_names]
-    for seed, writer in zip(seeds, writers):
-        writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
-            f"|{key}|{seed if key == 'seed' else value}|" for key, value in vars(args).items()))
-
+        print(f"PPO-EWMA: COM {args.ewma_com:g}; PPO's proximal policy lags (steps - 1) / 2 = {(steps - 1) / 2:g} of the "
+              f"{steps} minibatch steps of an iteration on average (COM / lag = {args.ewma_com / max((steps - 1) / 2, 0.5):.2g}); "
+              "far below it, watch losses/approx_kl and losses/entropy")
     if args.resume is None:
         runner = start(k_init)
-    train_call = compiled_update.result()
-
-    recent_returns = deque(maxlen=20)
-    progress = tqdm(total=args.num_iterations * args.batch_size * args.num_seeds, initial=global_step * args.num_seeds,
-                    unit="step", unit_scale=True, dynamic_ncols=True)
-    start_time, start_step = time.time(), global_step
-    logged_time = start_time  # when the metrics of the last logged call arrived
-    # iterations a call may take (CALL_SECONDS): before a call is measured, as many as the default fills
-    call_iterations = min(args.fuse_iterations, filling_iterations(args))
-    @lru_cache(maxsize=1)
-    def learning_rates(block):
-        """The learning rate after each iteration of block `block` (LR_BLOCK iterations), computed once a block: a jax
-        call in the loop waits for the running update."""
-        iterations = np.minimum(np.arange(block * LR_BLOCK, (block + 1) * LR_BLOCK), args.num_iterations)
-        counts = iterations * args.update_epochs * args.num_minibatches
-        return np.broadcast_to(np.asarray(schedule(counts)), counts.shape)
-
-    learning_rates(start_iteration // LR_BLOCK)
-
-    def log_call(first, last, measure, scalars):
-        """Log iterations first..last of one call, each at its own step, one event per iteration and seed. The call's
-        wall time (from the previous call's metrics to this one's) is shared evenly among its iterations."""
-        nonlocal global_step, logged_time, call_iterations
-        # the call's own buffer whole: an indexing op would queue behind the call that is running now and wait for it
-        scalars, now = jax.device_get(scalars), time.time()
-        for i, iteration in enumerate(range(first, last + 1)):
-            global_step += args.batch_size
-            seconds = logged_time + (now - logged_time) * (i + 1) / (last - first + 1) - start_time
-            for s, writer in enumerate(writers):
-                metrics = dict(zip(tags, scalars[s, i].tolist()))
-                if not measure[i]:
-                    metrics = {tag: value for tag, value in metrics.items() if not tag.startswith("dynamics/")}
-                episodes = metrics.pop("episodes")
-                ret_sum, len_sum = metrics.pop("episode_return_sum"), metrics.pop("episode_length_sum")
-                if episodes:
-                    recent_returns.append(ret_sum / episodes)
-                    metrics["charts/episodic_return"] = ret_sum / episodes
-                    metrics["charts/episodic_length"] = len_sum / episodes
-                metrics["charts/ddr"] = args.batch_size / max(metrics["losses/approx_kl"], 1e-12)
-                metrics["charts/learning_rate"] = learning_rates(iteration // LR_BLOCK)[iteration % LR_BLOCK]
-                metrics["charts/SPS"] = int((global_step - start_step) / seconds)
-                metrics["charts/train_seconds"] = train_seconds + seconds  # wall-clock x
-                writer.add_scalars(metrics, global_step)
-        per_iteration = (now - logged_time) / (last - first + 1)
-        call_iterations = min(args.fuse_iterations, max(1, int(CALL_SECONDS / max(per_iteration, 1e-9))))
-        logged_time = now
-        progress.update(args.batch_size * args.num_seeds * (last - first + 1))
-        progress.set_postfix(sps=int(args.num_seeds * (global_step - start_step) / (now - start_time)),
-                             ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
-
-    def checkpoint(iteration):
-        """runs/<first seed's run>/checkpoints/iter_<iteration>.npz: one seed's arrays as a lone run's, several seeds'
-        with their seed axis."""
-        os.makedirs(f"runs/{run_names[0]}/checkpoints", exist_ok=True)
-        state = runner if args.num_seeds > 1 else jax.tree.map(lambda x: x[0], runner)
-        path = f"runs/{run_names[0]}/checkpoints/iter_{iteration}.npz"
-        save_checkpoint(path, state, iteration, global_step, train_seconds + time.time() - start_time, args)
-        stop.checkpoint = path  # named once written
-
-    iteration, pending = start_iteration, None
-    if stop.signum is not None:  # a signal whose raise was lost (a gc callback, where it may land, ignores exceptions)
-        raise stop
-    stop.training = True  # a signal now stops the run after the running call, with a checkpoint
-    while iteration < args.num_iterations:
-        # this call's iterations: up to --fuse-iterations (and CALL_SECONDS), ending at the next checkpoint or the last one
-        last = min(iteration + call_iterations, args.num_iterations)
-        if args.save_every:
-            last = min(last, (iteration // args.save_every + 1) * args.save_every)
-        numbers = np.arange(iteration + 1, iteration + args.fuse_iterations + 1)
-        active = numbers <= last
+    (train_call,) = run.begin(train_call)
+    for first, last, active in run.calls():
+        numbers = np.arange(first, first + args.fuse_iterations)
         measure = active & (args.dynamics_every > 0) & ((numbers % max(args.dynamics_every, 1) == 0) | (numbers == 1))
         runner, scalars = train_call(runner, measure, active, hyper)
-        if pending:  # the previous call's metrics are logged while this call computes (JAX dispatches asynchronously)
-            log_call(*pending)
-        pending, iteration = (iteration + 1, last, measure, scalars), last
-        stopping = stop.signum is not None and iteration < args.num_iterations  # read once: it may change any time
-        save_now = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations) or stopping
-        if save_now or iteration == args.num_iterations:
-            log_call(*pending)
-            pending = None
-            if save_now:
-                checkpoint(iteration)
-        if stopping:
-            progress.close()
-            print(f"stopped by signal {stop.signum} after iteration {iteration}; resume with --resume {stop.checkpoint}")
-            break
-    progress.close()
-    for writer in writers:
-        writer.close()
-    return stop.exit_status if stopping else 0
+        run.log(first, last, partial(call_metrics, scalars, tags, measure, active))
+        run.checkpoint(lambda: run.seeds_state(runner))
+    return run.finish()
+# ==== appendix: the run's plumbing, one text in every JAX script; change it in all of them ====
+# The flags of a run (not of the algorithm) and their generic rules, the scaling recipes' arithmetic, checkpoints,
+# signals, logs, the host's schedule of fused calls, compilation on other threads and its cache, several processes, the
+# entry point. What differs from script to script it reads off the page above by name: Args, ITERATION, FLAG_RULES,
+# UNUSED_RUN_FLAGS, STRUCTURAL_FLAGS, DROPPED_FLAGS, check_args, call_ends, logged_metrics, train.
+import copy
+import json
+import re
+import signal
+import sys
+import threading
+import traceback
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import asdict
+from fractions import Fraction
+from functools import lru_cache
+
+import tyro
+from jax.experimental import multihost_utils
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.summary.writer import event_file_writer
+from tqdm import tqdm
+
+# --fuse-iterations 0: iterations per call until a call trains on this many transitions (below, a call's host cost,
+# dispatch and logging, is a large share: 32,768 transitions take ~0.5-1 s on 2 CPU cores, a few ms on a GPU)
+FUSE_TRANSITIONS = {"cpu": 32_768, "accelerator": 2_097_152}
+# a call takes no more iterations than end within this many seconds (measured on the calls before it): a signal is
+# honoured at the end of the running call, and Slurm sends SIGKILL 30 s after SIGTERM by default
+CALL_SECONDS = 5.0
+UNROLL = {"cpu": 1, "accelerator": 4}  # --unroll 0 by the device (measured with the update unrolled K times)
+LR_BLOCK = 65_536  # iterations whose logged learning rates are computed at once
+REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 
 
-# =============================================================================================
-# Plumbing: flag checks, logging, checkpoints, signals, compilation settings
-# =============================================================================================
-BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
-# flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
-STRUCTURAL_FLAGS = ("env_id", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend", "num_seeds")
+@dataclass
+class RunArgs(Args):
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanrl-scale"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
 
+    # Speed
+    fuse_iterations: int = 0
+    """iterations per jitted call (scanned, their metrics fetched once); 0: as many as fill 32,768 transitions of all
+    seeds on a CPU, 2,097,152 on a GPU or TPU; a call also ends at each evaluation and checkpoint (a script whose loop
+    calls one update at a time takes 0 only)"""
+    unroll: int = 0
+    """steps of the rollout, GAE and minibatch scans unrolled (lax.scan's `unroll`; the same computation, float
+    rounding aside); 0: 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
+    transitions, else 1 (a script whose scans are not unrolled takes 0 only)"""
+    compile_cache: bool = True
+    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
+    a rerun, a resumed run or a grid point with the same shapes and flags skips compilation (--no-compile-cache or
+    JAX_ENABLE_COMPILATION_CACHE=false: off)"""
 
-def brax_env_ids():
-    """The environments Brax registers (ant, humanoid, ...)."""
-    return tuple(import_brax_envs()._envs)  # Brax's registry (get_environment / register_environment read and write it)
+    # Checkpoints and several hosts
+    save_every: int = 0
+    """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0: never)"""
+    keep_checkpoints: int = 3
+    """keep the run's newest this many checkpoints (0: keep every one)"""
+    resume: Optional[str] = None
+    """continue from this checkpoint (the same seed and flags: the same run); every flag but the structural ones (the
+    shapes of what it holds) may change, --ewma-com and --clip-coef among them"""
+    distributed: bool = False
+    """call jax.distributed.initialize() to span several processes / hosts (found from Slurm unless given below; a
+    script that trains on one device refuses it)"""
+    coordinator_address: Optional[str] = None
+    """host:port of process 0 with --distributed (default: from the cluster, or JAX_COORDINATOR_ADDRESS)"""
+    num_processes: Optional[int] = None
+    """number of processes with --distributed (default: from the cluster)"""
+    process_id: Optional[int] = None
+    """this process's index with --distributed (default: from the cluster)"""
+
+    # to be filled in runtime
+    num_devices: int = 0
+    """the number of JAX devices the envs are split over (computed in runtime: setting it is refused)"""
+    batch_size: int = 0
+    """the batch size (computed in runtime: setting it is refused)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime: setting it is refused)"""
 
 
 class BadFlag(ValueError):
     """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def flag(name):
+    return f"--{name.replace('_', '-')}"
+
+
+def run_flags(args):
+    """{flag: value} of the flags this script has (RunArgs less UNUSED_RUN_FLAGS): its logged hyper-parameters."""
+    return {name: value for name, value in vars(args).items() if name not in UNUSED_RUN_FLAGS}
+
+
+def num_runs(args):
+    """Runs one program trains: --num-seeds where a script has it."""
+    return getattr(args, "num_seeds", 1)
+
+
+def check_run_flags(args):
+    """The run flags this script does not use, and --distributed's (before jax.distributed.initialize, which must come
+    before any device use)."""
+    defaults = RunArgs()
+    for name, why in UNUSED_RUN_FLAGS.items():
+        if getattr(args, name) != getattr(defaults, name):
+            raise BadFlag(f"{flag(name)} does not apply to this script: {why}")
+    given = [name for name in ("coordinator_address", "num_processes", "process_id") if getattr(args, name) is not None]
+    if given and not args.distributed:
+        raise BadFlag(f"{flag(given[0])} only applies with --distributed")
+    if args.num_processes is not None and args.num_processes <= 0:
+        raise BadFlag(f"--num-processes must be positive (got {args.num_processes})")
+    if args.process_id is not None and not 0 <= args.process_id < (args.num_processes or float("inf")):
+        raise BadFlag(f"--process-id must lie in [0, --num-processes) (got {args.process_id})")
 
 
 def check_runs_directory():
@@ -911,60 +867,64 @@ def check_runs_directory():
         raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
 
 
-def resolve_args(args):
-    """Check every flag and fill the values computed at run time; raises BadFlag before any compute."""
+def resolve_args(args, num_devices=None):
+    """Check every flag and fill the values computed at run time; raises BadFlag before any compute. `num_devices`: the
+    devices the run spans, for a script that splits its envs over them (None: jax.device_count(); 0: not known yet,
+    before jax.distributed.initialize)."""
     if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
         raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
     if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
         raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
-    for flag in ("batch_size", "num_iterations"):  # filled in below from the other flags
-        if getattr(args, flag):
-            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
-    if args.env_id not in brax_env_ids():
-        raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
+    for name in ("num_devices", "batch_size", "num_iterations"):  # filled in below from the other flags
+        if getattr(args, name) and name not in UNUSED_RUN_FLAGS:
+            raise BadFlag(f"{flag(name)} is computed from the other flags: do not set it (got {getattr(args, name)})")
+    check_run_flags(args)
     for name, value in vars(args).items():  # inf and nan break every rule below without failing a comparison
         if isinstance(value, float) and not math.isfinite(value):
-            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
-    for rule, holds, flags in (
-        ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size",
-                                               "num_layers", "dynamics_batch", "num_seeds", "learning_rate", "max_grad_norm")),
-        ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "save_every", "keep_checkpoints", "dynamics_every",
-                                            "fuse_iterations", "unroll", "ent_coef", "vf_coef", "dormant_tau")),
-        ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda"))):
-        for flag in flags:
-            if not holds(getattr(args, flag)):
-                raise BadFlag(f"--{flag.replace('_', '-')} {rule} (got {getattr(args, flag)})")
-    if not 0 <= args.seed <= 2**31 - args.num_seeds:  # the seeds are int32 inside the program
-        raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
-    if args.track and args.num_seeds > 1:
-        raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
-    if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
-        raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
-    if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
-        raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
-    if args.imp_samp_max is None:
-        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
-    if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
-        raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
-    if args.ewma_com is not None and not args.ewma_com >= 0:
-        raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
-    if args.activation not in ACTIVATIONS:
-        raise BadFlag(f"--activation must be one of {', '.join(ACTIVATIONS)} (got {args.activation!r})")
-    if args.brax_backend not in BRAX_BACKENDS:
-        raise BadFlag(f"--brax-backend must be one of {', '.join(BRAX_BACKENDS)} (got {args.brax_backend!r})")
-    import mujoco  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
+            raise BadFlag(f"{flag(name)} must be a finite number (got {value})")
+    rules = (("must be >= 0", lambda v: v >= 0, ("save_every", "keep_checkpoints", "fuse_iterations", "unroll")),
+             *FLAG_RULES)
+    for rule, holds, names in rules:
+        for name in names:  # unset (None): a default check_args fills in
+            if getattr(args, name) is not None and not holds(getattr(args, name)):
+                raise BadFlag(f"{flag(name)} {rule} (got {getattr(args, name)!r})")
+    check_args(args, num_devices)
+    args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)  # 0 (by the device): resolve_fuse_iterations
+    if args.resume is not None:
+        check_resume(args)
+    return args
 
-    brax_envs = import_brax_envs()
-    previous = mujoco.get_mju_user_warning()
-    mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
-    try:
-        with warnings.catch_warnings():  # Brax's notice that it is no longer maintained: said once, by make_env
-            warnings.simplefilter("ignore")
-            brax_envs.get_environment(args.env_id, backend=args.brax_backend)
-    except ValueError as e:
-        raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
-    finally:
-        mujoco.set_mju_user_warning(previous)
+
+def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
+    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
+    if base_num_envs <= 0 or base_num_minibatches <= 0:
+        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
+    if (base_num_envs * num_steps) % base_num_minibatches:
+        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
+    k = Fraction(num_envs, base_num_envs)
+    base_mb_size = base_num_envs * num_steps // base_num_minibatches
+    if recipe == "more-minibatches":
+        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
+    elif recipe == "bigger-minibatch":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
+    elif recipe == "bigger-minibatch-sqrt-lr":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
+    elif recipe == "hybrid":
+        if b <= 0:
+            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
+        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
+    else:
+        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    mb_size = size_factor * base_mb_size
+    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
+        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
+    return int(minibatches), int(mb_size), lr0 * lr_factor
+
+
+def resolve_batch(args):
+    """batch_size, the minibatches (of --scaling-recipe, --minibatch-size or --num-minibatches) and num_iterations."""
     args.batch_size = args.num_envs * args.num_steps
     if args.scaling_recipe != "none":
         if args.num_minibatches is not None or args.minibatch_size:
@@ -989,44 +949,116 @@ def resolve_args(args):
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
-    if args.num_iterations * args.update_epochs * args.num_minibatches >= 2**31:
-        raise BadFlag(f"--total-timesteps {args.total_timesteps} gives {args.num_iterations} iterations of "
-                      f"{args.update_epochs * args.num_minibatches} minibatch steps: at most 2^31 - 1 steps (optax counts them "
-                      "in int32)")
-    if args.batch_size * args.num_seeds >= 2**31:
-        raise BadFlag(f"--num-envs x --num-steps x --num-seeds must be below 2^31 (the program indexes its batch with int32; "
-                      f"got {args.batch_size * args.num_seeds})")
-    storage = args.batch_size * args.num_seeds * 24  # a transition's observation (one float32 at least) and 5 numbers
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if storage > memory:
-        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}{f' x --num-seeds {args.num_seeds}' * (args.num_seeds > 1)}: "
-                      f"the batch alone takes {storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
-    args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)  # 0 (by the device): resolve_fuse_iterations
-    if args.resume is not None:
-        if not os.path.isfile(args.resume):
-            raise BadFlag(f"--resume {args.resume}: no such file")
-        try:
-            meta, _ = read_checkpoint(args.resume)
-            missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
-            missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
-        except Exception as e:  # a truncated or foreign file
-            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
-        this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
-        foreign = set(meta.get("args", {})) - set(asdict(args))
-        written_by = meta.get("script") or ("another script" if foreign else this)
-        if written_by != this:
-            raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
-        if missing:
-            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
-        for flag in STRUCTURAL_FLAGS:
-            if meta["args"][flag] != getattr(args, flag):
-                raise BadFlag(
-                    f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
-                    f"this run has {getattr(args, flag)}; only flags that keep the network and env shapes may change"
-                )
-        if meta["iteration"] >= args.num_iterations:
-            raise BadFlag(f"--resume {args.resume} is at iteration {meta['iteration']}, not before the last ({args.num_iterations}); raise --total-timesteps")
+
+
+def check_resume(args):
+    """--resume: a checkpoint of this script, of the same structural flags, before the run's last iteration."""
+    if not os.path.isfile(args.resume):
+        raise BadFlag(f"--resume {args.resume}: no such file")
+    try:
+        meta, _ = read_checkpoint(args.resume)
+        missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
+        missing += [flag(name) for name in STRUCTURAL_FLAGS if name not in meta.get("args", {})]
+    except Exception as e:  # a truncated or foreign file
+        raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+    this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
+    foreign = set(meta.get("args", {})) - set(asdict(args)) - set(DROPPED_FLAGS)
+    written_by = meta.get("script") or ("another script" if foreign else this)
+    if written_by != this:
+        raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
+    if missing:
+        raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
+    for name in STRUCTURAL_FLAGS:
+        if meta["args"][name] != getattr(args, name):
+            raise BadFlag(f"--resume {args.resume} was saved with {flag(name)} {meta['args'].get(name)}, this run has "
+                          f"{getattr(args, name)}; only flags that keep the shapes of what it holds may change")
+    if meta["iteration"] >= args.num_iterations:
+        raise BadFlag(f"--resume {args.resume} is at {ITERATION} {meta['iteration']}, not before the last "
+                      f"({args.num_iterations}); raise --total-timesteps")
+
+
+def hyperparameters(args):
+    """The float flags the update takes as traced values, float32: one compiled program serves every value of them (a
+    grid over the learning rate, clip epsilon or COM, a run's budget, a resume with a new COM or epsilon), so the
+    persistent compilation cache serves them all. The flags that shape the program stay Python constants."""
+    updates = args.num_iterations * args.update_epochs * args.num_minibatches
+    values = {"learning_rate": args.learning_rate, "lr_anneal_updates": updates, "clip_coef": args.clip_coef,
+              "vf_clip_coef": args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef,
+              "ent_coef": args.ent_coef, "vf_coef": args.vf_coef, "max_grad_norm": args.max_grad_norm,
+              "gamma": args.gamma, "gae_lambda": args.gae_lambda,
+              "ewma_beta": ewma_beta(args.ewma_com) if args.ewma_com is not None else 0.0}
+    return {name: np.float32(value) for name, value in values.items()}
+
+
+def filling_iterations(args, device=None):
+    """Iterations of all seeds that fill FUSE_TRANSITIONS on `device` (None: the one this process trains on)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    return max(1, FUSE_TRANSITIONS[device] // (args.batch_size * num_runs(args)))
+
+
+def resolve_fuse_iterations(args, device=None):
+    """--fuse-iterations 0 and --unroll 0: their values on `device` ("cpu" or "accelerator"; None: the one this process
+    trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU machine
+    takes no GPU)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
+        intervals = [every for every in (*call_ends(args), args.save_every) if every]
+        args.fuse_iterations = min([filling_iterations(args, device), args.num_iterations] + intervals)
+    if args.unroll == 0:  # only where a call holds several iterations of small batches, where loop trips cost (on an
+        # H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled)
+        small = args.batch_size * num_runs(args) < FUSE_TRANSITIONS[device]
+        args.unroll = UNROLL[device] if small and args.fuse_iterations > 1 else 1
     return args
+
+
+def fuse(update, operands=0):
+    """--fuse-iterations iterations in one call: a scan of the jitted update(runner, *operands, measure, hyper) (one
+    iteration) whose metrics come back stacked, called as fused(runner, *operands, measure, active[, hyper]). An
+    iteration whose `active` is False leaves the runner as it is (a call that ends early, at an evaluation, a checkpoint
+    or the last iteration, has the same shapes and so the same compiled program)."""
+
+    def fused(runner, *rest):
+        static, (measure, active, *hyper) = rest[:operands], rest[operands:]
+        hyper = hyper[0] if hyper else None
+        shapes = jax.eval_shape(update, runner, *static, measure[0], hyper)[1]  # cached: the cond below traces no more
+
+        def skipped(runner):
+            return runner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        def body(runner, x):
+            measure, active = x
+            return jax.lax.cond(active, lambda r: update(r, *static, measure, hyper), skipped, runner)
+
+        return jax.lax.scan(body, runner, (measure, active))
+
+    return fused
+
+
+def over_seeds(update, num_seeds, operands=0):
+    """A fused update of one run over the seeds' leading axis (--num-seeds; one seed: the lone run's program itself),
+    jitted, its runner donated: every scalar metric comes back in one (seeds, iterations, tags) array, one transfer a
+    call. Returns it and its tags, in that order (set when it is traced)."""
+    tags = []
+
+    def train_call(runner, *rest):
+        static, flags = rest[:operands], rest[operands:]  # (levels, ...), then measure, active, hyper
+        if num_seeds == 1:
+            runner, metrics = update(*jax.tree.map(lambda x: x[0], (runner, *static)), *flags)
+            runner, metrics = jax.tree.map(lambda x: x[None], (runner, metrics))
+        else:
+            runner, metrics = jax.vmap(update, in_axes=(0,) * (1 + operands) + (None,) * len(flags))(runner, *rest)
+        tags[:] = list(metrics)
+        return runner, jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
+
+    return jax.jit(train_call, donate_argnums=0), tags
+
+
+def call_metrics(scalars, tags, measure, active):
+    """A call's stacked metrics on the host, as Run.log takes them: per active iteration, each run's {tag: value}, the
+    dynamics/ ones where measured. The call's own buffer whole: an indexing op would queue behind the running call."""
+    scalars = jax.device_get(scalars)
+    return [[{tag: value for tag, value in zip(tags, scalars[s, i].tolist()) if measure[i] or not tag.startswith("dynamics/")}
+             for s in range(len(scalars))] for i in np.flatnonzero(active)]
 
 
 class SummaryWriter:
@@ -1054,6 +1086,12 @@ class SummaryWriter:
         self.file.close()
 
 
+def host(x):
+    """This process's copy of an array on one device or replicated on several (all of it; works across hosts, unlike
+    device_get)."""
+    return np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) else np.asarray(x)
+
+
 def read_checkpoint(path):
     """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
     with np.load(path, allow_pickle=False) as data:
@@ -1063,13 +1101,12 @@ def read_checkpoint(path):
 
 
 def save_checkpoint(path, state, iteration, global_step, train_seconds, args):
-    """One .npz: every array of `state` (the runner state), plus the flags and counters."""
-    leaves = jax.tree.leaves(state)
+    """One .npz: every array of `state`, plus the flags and counters."""
+    leaves = [host(x) for x in jax.tree.leaves(state)]
     meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
-            "train_seconds": train_seconds, "args": asdict(args),
-            "script": os.path.basename(__file__)}
+            "train_seconds": train_seconds, "args": run_flags(args), "script": os.path.basename(__file__)}
     tmp = f"{path}.tmp.npz"
-    np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": np.asarray(x) for i, x in enumerate(leaves)})
+    np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
     os.replace(tmp, path)  # never a half-written checkpoint
     prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
 
@@ -1082,33 +1119,32 @@ def prune_checkpoints(directory, keep):
 
 
 def restore_checkpoint(path, target):
-    """The state saved at `path`, iteration, global_step, training seconds; checked leaf by leaf against `target`'s
-    shapes."""
+    """The state saved at `path` (host arrays), iteration, global_step, training seconds; checked leaf by leaf against
+    `target`'s shapes."""
     meta, leaves = read_checkpoint(path)
     expected, treedef = jax.tree.flatten(target)
     if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
         raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
-    return (jax.tree.unflatten(treedef, [jnp.asarray(x) for x in leaves]), meta["iteration"], meta["global_step"],
-            meta.get("train_seconds", 0.0))
-
-
-REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
+    return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"], meta.get("train_seconds", 0.0)
 
 
 class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
     """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at the end of the running call, with
     a checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
-    call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA."""
+    call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA; with
+    several processes (`together`) it waits for the first call instead, where every process agrees to stop (one that
+    left alone would leave the others waiting at a barrier, until JAX ends them for a lost task)."""
 
     def __init__(self):
         super().__init__()
-        self.signum, self.training, self.checkpoint, self.compiling, self.ctrl_c = None, False, None, [], False
+        self.signum, self.training, self.together, self.checkpoint, self.compiling = None, False, False, None, []
+        self.ctrl_c = False
         for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(signum, self.handle)
 
     def handle(self, signum, frame):
         again, self.ctrl_c = self.ctrl_c and signum == signal.SIGINT, self.ctrl_c or signum == signal.SIGINT
-        if not self.training or again:  # a second Ctrl-C aborts, whatever signal came first
+        if not (self.training or self.together) or again:  # a second Ctrl-C aborts, whatever signal came first
             self.signum = signum
             raise self
         self.signum = self.signum or signum
@@ -1119,68 +1155,239 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
 
 
 def in_background(*fns):
-    """Each fn() in turn on a daemon thread, as Futures: a run that stops or fails while XLA compiles does not wait for
-    it (XLA compiles without holding the GIL: on two or more cores the set-up's own small compilations run beside it)."""
+    """Each fn() on a daemon thread of its own, as Futures: a run that stops or fails while XLA compiles does not wait
+    for it (XLA compiles without holding the GIL: on two or more cores the set-up's own compilations run beside it)."""
     futures = [Future() for _ in fns]
 
-    def run():
-        for fn, future in zip(fns, futures):
-            try:
-                future.set_result(fn())
-            except BaseException as e:  # handed to whoever asks for the result
-                future.set_exception(e)
+    def run(fn, future):
+        try:
+            future.set_result(fn())
+        except BaseException as e:  # handed to whoever asks for the result
+            future.set_exception(e)
 
-    threading.Thread(target=run, daemon=True).start()
+    for fn, future in zip(fns, futures):
+        threading.Thread(target=run, args=(fn, future), daemon=True).start()
     return futures
 
 
-def filling_iterations(args, device=None):
-    """Iterations of all seeds that fill FUSE_TRANSITIONS on `device` (None: the one this process trains on)."""
-    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
-    return max(1, FUSE_TRANSITIONS[device] // (args.batch_size * args.num_seeds))
+def barrier(name):
+    """With several processes, wait until every one is here (JAX's coordination service, not a collective): one that
+    compiled sooner, or loaded its programs from the cache, would otherwise wait at the first collective for the
+    others, and Gloo (CPU hosts) gives up after 30 s."""
+    from jax._src import distributed  # the coordination service's client, as JAX's own checkpointing reaches it
+
+    if jax.process_count() > 1 and distributed.global_state.client is not None:
+        distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=3_600_000)
 
 
-def resolve_fuse_iterations(args, device=None):
-    """--fuse-iterations 0 and --unroll 0: their values on `device` ("cpu" or "accelerator"; None: the one this process
-    trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU
-    machine takes no GPU)."""
-    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
-    if args.fuse_iterations == 0:  # a call ends at each checkpoint: no more slots than fit between them
-        intervals = [args.save_every] if args.save_every else []
-        args.fuse_iterations = min([filling_iterations(args, device), args.num_iterations] + intervals)
-    if args.unroll == 0:  # only where a call holds several iterations of small batches: there the loop trips cost (on
-        # an H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled: docs/ppo_ewma_jax.md)
-        small = args.batch_size * args.num_seeds < FUSE_TRANSITIONS[device]
-        args.unroll = UNROLL[device] if small and args.fuse_iterations > 1 else 1
-    return args
+class Run:
+    """A run's host side: its clock, checkpoints, logs (TensorBoard, wandb, the progress bar; process 0 only), the
+    schedule of its calls and the stop a signal asks for. `train` on the page above reads: run.restore, run.compile,
+    run.start, run.begin, then for each call of run.calls(): the call, run.log, evaluations (run.due, run.write),
+    run.checkpoint; run.finish."""
+
+    def __init__(self, args, stop):
+        self.args, self.stop = resolve_fuse_iterations(args), stop
+        self.lead = jax.process_index() == 0  # only process 0 logs and checkpoints
+        self.start_iteration, self.global_step, self.train_seconds = 0, 0, 0.0
+        self.writers, self.names, self.pending, self.stopping, self.last = [], [], None, False, 0
+        self.recent_returns = deque(maxlen=20)
+        # iterations a call may take (CALL_SECONDS): before a call is measured, as many as the default fills
+        self.call_iterations = min(args.fuse_iterations, filling_iterations(args))
+
+    def restore(self, target):
+        """The state of the --resume checkpoint (host arrays, checked against target's shapes); the run goes on from its
+        iteration, step count and training clock."""
+        state, self.start_iteration, self.global_step, self.train_seconds = restore_checkpoint(self.args.resume, target)
+        return state
+
+    def restore_seeds(self, shapes):
+        """restore() of a state with a leading seed axis (--num-seeds): a lone seed's checkpoint holds it without."""
+        lone = num_runs(self.args) == 1
+        state = self.restore(jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), shapes) if lone else shapes)
+        return jax.tree.map(lambda x: x[None], state) if lone else state
+
+    def seeds_state(self, state):
+        """What a checkpoint of a state with a leading seed axis holds: a lone seed's arrays without it."""
+        return jax.tree.map(lambda x: x[0], state) if num_runs(self.args) == 1 else state
+
+    def compile(self, *programs):
+        """Each program() (a compilation) on another thread while this one sets the run up and waits where a signal
+        can reach it: Futures."""
+        futures = in_background(*programs)
+        self.stop.compiling += futures
+        return futures
+
+    def start(self, names, schedule):
+        """The run's logs, one per name (per seed), each with the flags as its hyperparameters text (its own seed);
+        `schedule`: the learning rate after a number of minibatch steps."""
+        args, self.names, self.schedule = self.args, names, schedule
+        if self.lead:
+            flags = run_flags(args)
+            if args.track:
+                import wandb
+
+                wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=flags,
+                           name=names[0], save_code=True)
+            self.writers = [SummaryWriter(f"runs/{name}") for name in names]
+            for i, writer in enumerate(self.writers):
+                writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
+                    f"|{key}|{args.seed + i if key == 'seed' else value}|" for key, value in flags.items()))
+        self.learning_rates(self.start_iteration // LR_BLOCK)
+        self.progress = tqdm(total=args.num_iterations * args.batch_size * len(names), unit="step", unit_scale=True,
+                             initial=self.global_step * len(names), dynamic_ncols=True, disable=not self.lead)
+
+    def begin(self, *compiling):
+        """Training starts: the compiled programs (every process waits for the others'); a signal from now on stops the
+        run after the running call, with a checkpoint."""
+        programs = [future.result() for future in compiling]
+        barrier("programs ready")
+        if self.stop.signum is not None and not self.stop.together:  # its raise was lost (a gc callback ignores it)
+            raise self.stop
+        self.stop.training = True
+        self.start_time = self.logged_time = time.time()
+        self.start_step = self.global_step
+        return programs
+
+    def calls(self):
+        """(first, last, active) of each call: up to --fuse-iterations iterations (and as many as end within CALL_SECONDS),
+        ending at each of call_ends(args), each checkpoint and the last iteration; `active` marks which of the call's
+        --fuse-iterations slots train. Ends after the call a signal stopped the run at."""
+        args, iteration = self.args, self.start_iteration
+        self.ends = (*call_ends(args), args.save_every)
+        while iteration < args.num_iterations:
+            last = min(iteration + self.call_iterations, args.num_iterations)
+            for every in self.ends:
+                if every:
+                    last = min(last, (iteration // every + 1) * every)
+            self.last = last
+            yield iteration + 1, last, np.arange(iteration + 1, iteration + args.fuse_iterations + 1) <= last
+            iteration = last
+            if self.stopping:
+                self.progress.close()
+                if self.lead:
+                    print(f"stopped by signal {self.stop.signum or 'to another process'} after {ITERATION} {iteration}; "
+                          f"resume with --resume {self.stop.checkpoint}")
+                return
+
+    def due(self, every):
+        """Whether the call that just ran ends a period of `every` iterations (or the run)."""
+        return bool(every) and (self.last % every == 0 or self.last == self.args.num_iterations)
+
+    def log(self, first, last, rows):
+        """Log iterations first..last of the call just dispatched: `rows()`, a list per iteration of each run's {tag:
+        value}, is fetched while the next call computes (JAX dispatches asynchronously), or now where this call ends at
+        an evaluation, checkpoint, stop or the run's end. A signal (to any process) stops every one after this call."""
+        if self.pending:
+            self.flush()
+        self.pending = (first, last, rows)
+        stopping = self.stop.signum is not None and last < self.args.num_iterations  # read once: it may change any time
+        if jax.process_count() > 1:  # several processes: they agree on it
+            stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
+        self.stopping = stopping
+        if stopping or last == self.args.num_iterations or any(self.due(every) for every in self.ends):
+            self.flush()
+
+    def flush(self):
+        """Write the pending call's iterations, each at its own step; the call's wall time (from the previous call's
+        metrics to this one's) is shared evenly among them."""
+        if not self.pending:
+            return
+        (first, last, rows), self.pending = self.pending, None
+        args, n = self.args, last - first + 1
+        rows, now = rows(), time.time()
+        for i, iteration in enumerate(range(first, last + 1)):
+            self.global_step += args.batch_size
+            seconds = self.logged_time + (now - self.logged_time) * (i + 1) / n - self.start_time
+            for writer, metrics in zip(self.writers, rows[i]):
+                metrics = logged_metrics(args, metrics)
+                if "charts/episodic_return" in metrics:
+                    self.recent_returns.append(metrics["charts/episodic_return"])
+                metrics["charts/learning_rate"] = self.learning_rates(iteration // LR_BLOCK)[iteration % LR_BLOCK]
+                metrics["charts/SPS"] = int((self.global_step - self.start_step) / seconds)
+                metrics["charts/train_seconds"] = self.train_seconds + seconds  # wall-clock x
+                writer.add_scalars(metrics, self.global_step)
+        per_iteration = (now - self.logged_time) / n
+        self.call_iterations = min(args.fuse_iterations, max(1, int(CALL_SECONDS / max(per_iteration, 1e-9))))
+        self.logged_time = now
+        self.progress.update(args.batch_size * len(self.names) * n)
+        self.progress.set_postfix(sps=int(len(self.names) * (self.global_step - self.start_step) / (now - self.start_time)),
+                                  ret=f"{np.mean(self.recent_returns):.2f}" if self.recent_returns else "-")
+
+    def write(self, rows):
+        """Each run's {tag: value} at the step reached (the pending call logged first)."""
+        self.flush()
+        for writer, values in zip(self.writers, rows):
+            writer.add_scalars(values, self.global_step)
+
+    @lru_cache(maxsize=1)
+    def learning_rates(self, block):
+        """The learning rate after each iteration of block `block` (LR_BLOCK iterations), computed once a block: a jax
+        call in the loop waits for the running update."""
+        iterations = np.minimum(np.arange(block * LR_BLOCK, (block + 1) * LR_BLOCK), self.args.num_iterations)
+        counts = iterations * self.args.update_epochs * self.args.num_minibatches
+        return np.broadcast_to(np.asarray(self.schedule(counts)), counts.shape)
+
+    def checkpoint(self, state):
+        """After the call: a checkpoint of state() if one is due (--save-every, the run's end, a stop), named for the
+        resume line; then, where the call ended early, every process waits for the others (work of differing length)."""
+        args, last = self.args, self.last
+        if (self.due(args.save_every) or self.stopping) and self.lead:
+            os.makedirs(f"runs/{self.names[0]}/checkpoints", exist_ok=True)
+            path = f"runs/{self.names[0]}/checkpoints/iter_{last}.npz"
+            save_checkpoint(path, state(), last, self.global_step, self.train_seconds + time.time() - self.start_time, args)
+            self.stop.checkpoint = path  # named once written
+        if self.pending is None:
+            barrier(f"after {ITERATION} {last}")
+
+    def finish(self):
+        """The logs closed; the exit status: 0, or 75 / 130 after a stop with a checkpoint."""
+        self.progress.close()
+        for writer in self.writers:
+            writer.close()
+        return self.stop.exit_status if self.stopping else 0
 
 
 def use_compile_cache(args):
     """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
-    anything compiles (checking the flags builds some envs): JAX settles the cache at its first compilation."""
+    anything compiles (checking the flags builds some envs): JAX settles the cache at its first compilation. With
+    --distributed too: every process waits for the others before a program's first collective (barrier)."""
     if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
         jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
         return
     default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
     jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update and init programs
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, init and evaluation programs
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
+    args = tyro.cli(RunArgs)
     use_compile_cache(args)
     stop = Stop()
     try:
+        check_run_flags(args)
+        if args.distributed:  # before anything touches a device, so that jax.devices() spans every process
+            # every flag a device count cannot make right is checked first: initialize waits for all the processes
+            resolve_args(copy.deepcopy(args), num_devices=0)
+            check_runs_directory()
+            # JAX's preemption service would take SIGTERM from Stop's handler (a SIGTERM then neither checkpoints nor
+            # stops the run): Stop's handler and the per-call agreement (Run.log) do its work, for SIGUSR1 and Ctrl-C too
+            jax.config.update("jax_enable_preemption_service", False)
+            stop.together = True
+            try:
+                jax.distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
+            except ValueError as e:  # no cluster JAX can read them from (Slurm, Open MPI, ...)
+                raise BadFlag(f"--distributed needs --coordinator-address, --num-processes and --process-id here: {e}")
         resolve_args(args)
         check_runs_directory()
-        status = main(args, stop)
+        status = train(args, Run(args, stop))
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
     except (Exception, Stop) as e:  # stopped before the first call or by a second Ctrl-C, or an error
         if isinstance(e, Stop):
             resume = stop.checkpoint or args.resume
-            print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else 'before the first iteration'}); "
+            print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else f'before the first {ITERATION}'}); "
                   + (f"resume with --resume {resume}" if resume else "nothing saved: rerun the command"))
             status = e.exit_status
         else:
