@@ -16,21 +16,12 @@ about half of the time, and every batch draws a share rho of its levels from tha
 - minutes of compilation on a CPU before the first update, so: JAX's persistent compilation cache, the
   update's float flags traced (a grid over lr, epsilon, COM or budget shares one program), Kinetix's step
   and level sampler traced once for the update and SFL, the update compiled beside the first SFL buffer.
+Below the appendix line: the run's plumbing (flags of a run, checkpoints, signals, logs, several processes).
 """
-import copy
-import json
 import math
 import os
-import re
-import signal
-import sys
-import threading
 import time
-import traceback
-from collections import deque
-from concurrent.futures import Future
-from dataclasses import asdict, dataclass
-from fractions import Fraction
+from dataclasses import dataclass
 from functools import cache, partial
 from typing import NamedTuple, Optional
 
@@ -39,18 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import tyro
 from flax.linen.initializers import constant, orthogonal
 from flax.traverse_util import flatten_dict
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from tensorboard.compat.proto.event_pb2 import Event
-from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
-from tensorboard.compat.proto.tensor_pb2 import TensorProto
-from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
-from tensorboard.summary.writer import event_file_writer
-from tqdm import tqdm
 
 MODELS = ("transformer", "mlp")
 # the Kinetix baseline's entity transformer (Kinetix configs/model/model-transformer.yaml), before
@@ -59,7 +42,6 @@ TRANSFORMER = dict(transformer_depth=2, num_heads=8, transformer_encoder_size=12
                    aggregate_mode="dummy_and_mean", full_attention_mask=False, transformer_ffn=False,
                    multilayer_joint_thruster_mixing=False, joint_thruster_block_num_layers=2,
                    joint_thruster_block_hidden_dim_multiplication=4)
-RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 ENV_SIZES = ("s", "m", "l")
 # Table 3: N_envs, filtering batch N, update period T, buffer size K (L = 512 and rho = 0.5 throughout)
 SFL_PRESETS = {
@@ -72,16 +54,8 @@ SFL_PRESETS = {
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
     seed: int = 1
     """seed of the experiment"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanrl-scale"
-    """the wandb's project name"""
-    wandb_entity: Optional[str] = None
-    """the entity (team) of wandb's project"""
 
     # Environment and network
     env_size: str = "l"
@@ -144,7 +118,7 @@ class Args:
     num_layers: int = 5
     """tanh layers of the actor and of the critic"""
 
-    # PPO-EWMA (stagnation §2.2, App. E, Fig. 18; Hilton et al., 2022), as in ppo_ewma_jax.py
+    # PPO-EWMA (stagnation §2.2, App. E, Fig. 18; Hilton et al., 2022), as in the Kinetix/gymnax PPO-EWMA script
     ewma_com: Optional[float] = None
     """centre of mass C of the EWMA proximal policy in minibatch steps, beta = C / (C + 1); unset = standard PPO"""
     ewma_bias_correction: bool = True
@@ -177,73 +151,91 @@ class Args:
     hybrid_minibatch_factor: int = 0
     """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
 
-    # Speed
-    compile_cache: bool = True
-    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
-    a rerun, a resumed run or a grid point with the same shapes and flags skips compilation (--no-compile-cache or
-    JAX_ENABLE_COMPILATION_CACHE=false: off)"""
 
-    # Checkpoints and several hosts
-    save_every: int = 0
-    """write a checkpoint under runs/{run_name}/checkpoints every this many updates (0 = never)"""
-    keep_checkpoints: int = 3
-    """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
-    resume: Optional[str] = None
-    """continue from this checkpoint (params, optimizer, SFL buffer, rng, update count); same seed = same run"""
-    distributed: bool = False
-    """call jax.distributed.initialize() to span several processes / hosts (found from Slurm unless given below)"""
-    coordinator_address: Optional[str] = None
-    """host:port of process 0 with --distributed (default: from the cluster, or JAX_COORDINATOR_ADDRESS)"""
-    num_processes: Optional[int] = None
-    """number of processes with --distributed (default: from the cluster)"""
-    process_id: Optional[int] = None
-    """this process's index with --distributed (default: from the cluster)"""
-
-    # to be filled in runtime
-    num_devices: int = 0
-    """the number of JAX devices the envs are split over (computed in runtime: setting it is refused)"""
-    batch_size: int = 0
-    """the batch size (computed in runtime: setting it is refused)"""
-    num_iterations: int = 0
-    """the number of PPO updates (computed in runtime: setting it is refused)"""
-
-
-def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
-    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
-    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
-    if base_num_envs <= 0 or base_num_minibatches <= 0:
-        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
-    if (base_num_envs * num_steps) % base_num_minibatches:
-        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
-    k = Fraction(num_envs, base_num_envs)
-    base_mb_size = base_num_envs * num_steps // base_num_minibatches
-    if recipe == "more-minibatches":
-        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
-    elif recipe == "bigger-minibatch":
-        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
-    elif recipe == "bigger-minibatch-sqrt-lr":
-        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
-    elif recipe == "hybrid":
-        if b <= 0:
-            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
-        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
-    else:
-        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
-    mb_size = size_factor * base_mb_size
-    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
-        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
-                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
-    return int(minibatches), int(mb_size), lr0 * lr_factor
+# ---------------------------------------------------------------------------------------------
+# Flag rules (the generic ones, and RunArgs' run flags: in the appendix); what a checkpoint holds
+# ---------------------------------------------------------------------------------------------
+ITERATION = "update"  # what the logs call one rollout and update
+FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold (the preset's: after it fills them)
+    ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size",
+                                           "num_layers", "num_eval_levels", "eval_num_attempts", "sfl_num_candidates",
+                                           "sfl_update_period", "sfl_buffer_size", "sfl_rollout_length", "learning_rate",
+                                           "max_grad_norm", "vf_clip_coef", "level_filter_pool")),
+    ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "eval_every", "dense_reward_scale", "ent_coef", "vf_coef",
+                                        "ewma_com")),
+    ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda", "sfl_sample_ratio")),
+    ("must lie in (0, 1)", lambda v: 0 < v < 1, ("clip_coef",)),  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
+    ("must be 0 (no bound) or >= 1", lambda v: v == 0 or v >= 1, ("imp_samp_max",)),  # below 1: biased on-policy samples
+    (f"must be one of {', '.join(MODELS)}", lambda v: v in MODELS, ("model",)),
+    (f"must be one of {', '.join(ENV_SIZES)}", lambda v: v in ENV_SIZES, ("env_size",)),
+    (f"must be one of {', '.join(SFL_PRESETS)}", lambda v: v in SFL_PRESETS, ("sfl_preset",)),
+)
+# run flags of the appendix this script does not use: given, they are refused
+UNUSED_RUN_FLAGS = {"fuse_iterations": "its loop calls one update at a time (SFL's buffer is refreshed between them)",
+                    "unroll": "its scans are not unrolled"}
+# a checkpoint holds the training state (parameters, optimiser, EWMA, rng: every env starts afresh each update) and the
+# SFL buffer; these flags fix their shapes (every other may change on --resume)
+STRUCTURAL_FLAGS = ("env_size", "model", "hidden_size", "num_layers", "sfl_buffer_size")
+DROPPED_FLAGS = ()  # flags this script no longer has, which a checkpoint of an older version lists
+# bytes of one observation by --env-size and --model (symbolic flat for the MLP, entities for the transformer), as
+# Kinetix 3.0.2 builds them (a test compares them with make_env's): the batch's memory is checked before any compute
+OBS_BYTES = {("s", "mlp"): 560, ("s", "transformer"): 1126, ("m", "mlp"): 988, ("m", "transformer"): 1671,
+             ("l", "mlp"): 2716, ("l", "transformer"): 3878}
 
 
-def resolve_preset(args):
-    """Fill --num-envs and the SFL sizes from --sfl-preset (Table 3) where they were not given."""
-    if args.sfl_preset not in SFL_PRESETS:
-        raise BadFlag(f"--sfl-preset must be one of {', '.join(SFL_PRESETS)} (got {args.sfl_preset!r})")
-    for flag, value in SFL_PRESETS[args.sfl_preset].items():
-        if getattr(args, flag) is None:
-            setattr(args, flag, value)
-    return args
+def check_args(args, num_devices=None):
+    """The rules FLAG_RULES cannot say, and the computed fields (the appendix's resolve_args calls it). `num_devices`: the
+    devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize: checked as one
+    device, where every divisibility rule that passes at some count passes, and without the per-device size rules, which
+    one device would break first)."""
+    if not 0 <= args.seed < 2**31:  # the seed is an int32 inside the programs
+        raise BadFlag(f"--seed must lie in [0, 2**31) (got {args.seed})")
+    for name, value in SFL_PRESETS[args.sfl_preset].items():  # --num-envs and the SFL sizes not given: Table 3's
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
+    args.fuse_iterations = args.unroll = 1  # one update a call; scans rolled
+    for name in ("num_envs", "sfl_num_candidates"):  # global env and level ids are int32 in the programs
+        if getattr(args, name) >= 2**31:
+            raise BadFlag(f"{flag(name)} must be below 2^31 (got {getattr(args, name)})")
+    local_batch = args.num_envs * args.num_steps // args.num_devices
+    if num_devices != 0 and local_batch >= 2**31:
+        raise BadFlag(f"--num-envs x --num-steps per device must be below 2^31 (the programs index a device's batch with "
+                      f"int32; got {local_batch})")
+    storage = local_batch * (OBS_BYTES[args.env_size, args.model] + 64)  # and a transition's numbers, under 64 bytes
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if num_devices != 0 and storage > memory:
+        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: a device's batch alone takes "
+                      f"{storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
+    if args.imp_samp_max is None:
+        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
+    if args.sfl_buffer_size > args.sfl_num_candidates:
+        raise BadFlag(f"--sfl-buffer-size {args.sfl_buffer_size} must not exceed --sfl-num-candidates {args.sfl_num_candidates}")
+    for name in ("num_envs", "sfl_num_candidates"):
+        if getattr(args, name) % args.num_devices:
+            raise BadFlag(f"{flag(name)} {getattr(args, name)} must be divisible by the {args.num_devices} devices")
+    if args.sfl_num_candidates % args.num_envs:
+        raise BadFlag(f"--sfl-num-candidates {args.sfl_num_candidates} must be a multiple of --num-envs {args.num_envs} (rolled out num-envs at a time)")
+    fresh, _ = buffer_positions(args.num_envs, args.num_devices, args.sfl_sample_ratio)  # raises on an uneven split
+    local_envs = args.num_envs // args.num_devices
+    if args.level_filter_pool is None:  # Kinetix's 512 where it divides both, else the largest pool that does
+        common = math.gcd(fresh.shape[1], local_envs)
+        args.level_filter_pool = max(d for d in range(1, min(512, common) + 1) if common % d == 0)
+    if args.filter_levels and (fresh.shape[1] % args.level_filter_pool or local_envs % args.level_filter_pool):
+        raise BadFlag(f"--level-filter-pool {args.level_filter_pool} must divide each device's {fresh.shape[1]} fresh levels "
+                      f"and {local_envs} envs (random levels are filtered in pools); lower it, or --no-filter-levels")
+    resolve_batch(args)
+    # minibatches are built per env (see minibatch_ids): M | T, or T | M with M / T dividing each device's envs
+    # (envs are dealt into the M / T groups within blocks of M / T consecutive ids)
+    m, t = args.num_minibatches, args.num_steps
+    if not (t % m == 0 or (m % t == 0 and local_envs % (m // t) == 0)):
+        raise BadFlag(f"--num-minibatches {m} must divide --num-steps {t}, or be a multiple of it by a factor that divides "
+                      f"the {local_envs} envs per device")
+
+
+def call_ends(args):
+    """Periods (in updates) at which a call must end besides checkpoints: evaluations and SFL's buffer refreshes."""
+    return args.eval_every, args.sfl_update_period
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,7 +389,7 @@ def kl_divergence(logp_p, logp_q):
 
 
 # ---------------------------------------------------------------------------------------------
-# PPO-EWMA (stagnation §2.2, eq. 4; App. E), as openai/ppo-ewma does it (see ppo_ewma_jax.py)
+# PPO-EWMA (stagnation §2.2, eq. 4; App. E), as openai/ppo-ewma does it (as the Kinetix/gymnax PPO-EWMA script)
 # ---------------------------------------------------------------------------------------------
 def ewma_beta(com):
     """Decay of an EWMA whose centre of mass is `com` steps: COM = 1 / (1 - beta) - 1."""
@@ -598,19 +590,6 @@ def levels_by_index(sample_levels, pool, rng, first, n):
 def strong(tree):
     """The same arrays without weak types, so that a jitted function sees one signature and compiles once."""
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), tree)
-
-
-def hyperparameters(args):
-    """The float flags the update takes as traced values, float32: one compiled program serves every value of them (a
-    grid over the learning rate, clip epsilon or COM, a run's budget, a resume with a new COM or epsilon), so the
-    persistent compilation cache serves them all. The flags that shape the program stay Python constants."""
-    updates = args.num_iterations * args.update_epochs * args.num_minibatches
-    values = {"learning_rate": args.learning_rate, "lr_anneal_updates": updates, "clip_coef": args.clip_coef,
-              "vf_clip_coef": args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef,
-              "ent_coef": args.ent_coef, "vf_coef": args.vf_coef, "max_grad_norm": args.max_grad_norm,
-              "gamma": args.gamma, "gae_lambda": args.gae_lambda,
-              "ewma_beta": ewma_beta(args.ewma_com) if args.ewma_com is not None else 0.0}
-    return {name: np.float32(value) for name, value in values.items()}
 
 
 def make_train(args, env):
@@ -838,8 +817,21 @@ def over_devices(init, update, sfl_update, evaluate, mesh):
             jax.jit(shard(evaluate, in_specs=(R, R, R), out_specs=R)))
 
 
-def main(args, stop):
-    """Train; the exit status (0, or 75 / 130 after a stop with a checkpoint)."""
+
+
+# ---- The host side: SFL's buffer every T updates, the update, its logs, evaluations (the plumbing: Run, in the appendix)
+def logged_metrics(args, metrics):
+    """One update's {tag: value} as logged: the episodes that ended, as means; the DDR (§4.4)."""
+    episodes, ret_sum, solved = (metrics.pop(k) for k in ("episodes", "episode_return_sum", "episodes_solved"))
+    if episodes:
+        metrics["charts/episodic_return"] = ret_sum / episodes
+        metrics["charts/episodic_solve_rate"] = solved / episodes
+    metrics["charts/ddr"] = args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12)
+    return metrics
+
+
+def train(args, run):
+    """Kinetix SFL's loop: every T updates a new buffer, then each update on a rho mix of buffer and fresh levels."""
     env = make_env(args)
     init, update, sfl_update, evaluate, schedule = make_train(args, env)
     mesh = Mesh(np.array(jax.devices()), ("d",))
@@ -852,20 +844,17 @@ def main(args, stop):
 
     rng = jax.random.fold_in(jax.random.PRNGKey(args.seed), 1)  # apart from the evaluation set's PRNGKey(--eval-levels-seed)
     rng, k_init, k_sfl = jax.random.split(rng, 3)
-    start_iteration, global_step, train_seconds = 0, 0, 0.0
     shapes = jax.eval_shape(lambda: (init(k_init), sfl_update(init(k_init), k_sfl)))  # (shared, buffer)
     if args.resume is not None:
-        restored, start_iteration, global_step, train_seconds = restore_checkpoint(args.resume, shapes)
-        shared, buffer = replicate(restored)
+        shared, buffer = replicate(run.restore(shapes))
     # the update, init and SFL's program compile on other threads while this one sets the run up (and waits where a
     # signal can reach it: a compile on this thread would hold a SIGTERM until XLA finished)
     hyper = replicate(hyperparameters(args))  # traced: other values of these flags run the same program
     shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=replicated), (*shapes, hyper))
     key_shape = jax.ShapeDtypeStruct(k_init.shape, k_init.dtype, sharding=replicated)
-    compiled_update = in_background(lambda: update.lower(*shapes).compile())
-    compiled_init = in_background(lambda: init.lower(key_shape).compile())
-    compiled_sfl = in_background(lambda program=sfl_update: program.lower(shapes[0], key_shape).compile())
-    stop.compiling = [compiled_update, compiled_init, compiled_sfl]
+    compiled_update, compiled_init, compiled_sfl = run.compile(
+        lambda: update.lower(*shapes).compile(), lambda: init.lower(key_shape).compile(),
+        lambda program=sfl_update: program.lower(shapes[0], key_shape).compile())
 
     @cache  # at the first evaluation: drawing and loading it takes a minute on a CPU
     def evaluation_set():
@@ -880,10 +869,8 @@ def main(args, stop):
         return names, replicate(jax.tree.map(lambda a, b: np.concatenate([np.asarray(a), np.asarray(b)]), jax.device_get(sampled), handmade))
 
     eval_rng = jax.random.PRNGKey(args.seed + 10_000)  # evaluation never draws from the training stream
-
-    lead = jax.process_index() == 0  # only process 0 logs and checkpoints
-    run_name = f"kinetix-{args.env_size}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if lead:
+    run.start([f"kinetix-{args.env_size}__{args.exp_name}__{args.seed}__{int(time.time())}"], schedule)
+    if run.lead:
         print(
             f"PPO + SFL ({args.model}) on {args.num_devices} device(s) in {jax.process_count()} process(es): batch "
             f"{args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} updates, "
@@ -894,148 +881,151 @@ def main(args, stop):
             + ("" if args.ewma_com is None else
                f"; PPO-EWMA COM {args.ewma_com:g} against {args.update_epochs * args.num_minibatches} minibatch steps per update "
                f"(PPO's proximal policy lags {(args.update_epochs * args.num_minibatches - 1) / 2:g} on average)")
-            + (f"; resuming {args.resume} after update {start_iteration}" if args.resume else "")
-        )
-        if args.track:
-            import wandb
-
-            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
-                       config=vars(args), name=run_name, save_code=True)
-        writer = SummaryWriter(f"runs/{run_name}")
-        writer.add_text(
-            "hyperparameters",
-            "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-        )
+            + (f"; resuming {args.resume} after update {run.start_iteration}" if args.resume else ""))
     sfl_update = compiled_sfl.result()
     if args.resume is None:
         shared = compiled_init.result()(replicate(k_init))
-
-    def log(tag, value, step):
-        if lead:
-            writer.add_scalar(tag, value, step)
-
-    recent_returns = deque(maxlen=20)
-    progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
-                    dynamic_ncols=True, disable=not lead)
-    start_time, start_step = time.time(), global_step
     # several processes: the update compiled on each before SFL's rollouts (one still compiling it rolls out slower,
     # and JAX's cache serves only process 0's writes), then all wait for each other, as SFL holds collectives
     if jax.process_count() > 1:
-        update = compiled_update.result()
+        compiled_update.result()
     barrier("set up")
-    for iteration in range(start_iteration + 1, args.num_iterations + 1):
-        if (iteration - 1) % args.sfl_update_period == 0:
-            buffer = sfl_update(shared, replicate(jax.random.fold_in(k_sfl, iteration)))
-            buffer_p = host(buffer.success_rates)
-            log("sfl/mean_learnability", (buffer_p * (1 - buffer_p)).mean(), global_step)
-            log("sfl/buffer_solve_rate", host(buffer.success_rates).mean(), global_step)
-        if iteration == start_iteration + 1:
-            update = compiled_update.result()
-            barrier("update ready")
-            if stop.signum is not None and not stop.together:  # its raise was lost (a gc callback ignores exceptions)
-                raise stop
-            stop.training = True  # a signal from now on stops the run after the running update, with a checkpoint
+    for first, last, _ in run.calls():  # one update a call
+        if (first - 1) % args.sfl_update_period == 0:
+            buffer = sfl_update(shared, replicate(jax.random.fold_in(k_sfl, first)))
+            p = host(buffer.success_rates)
+            run.write([{"sfl/mean_learnability": (p * (1 - p)).mean(), "sfl/buffer_solve_rate": p.mean()}])
+        if first == run.start_iteration + 1:
+            (update,) = run.begin(compiled_update)
         shared, metrics = update(shared, buffer, hyper)
-        metrics = jax.tree.map(host, metrics)
-        global_step += args.batch_size
-        episodes, ret_sum, solved = (metrics.pop(k) for k in ("episodes", "episode_return_sum", "episodes_solved"))
-        if episodes:
-            recent_returns.append(ret_sum / episodes)
-            log("charts/episodic_return", ret_sum / episodes, global_step)
-            log("charts/episodic_solve_rate", solved / episodes, global_step)
-        for tag, value in metrics.items():
-            log(tag, value, global_step)
-        log("charts/ddr", args.batch_size / max(float(metrics["losses/approx_kl"]), 1e-12), global_step)
-        log("charts/learning_rate", float(schedule(iteration * args.update_epochs * args.num_minibatches)), global_step)
-        evaluating = args.eval_every and (iteration % args.eval_every == 0 or iteration == args.num_iterations)
-        # a signal to any process stops every one after the same update (several processes: they agree on it)
-        stopping = stop.signum is not None and iteration < args.num_iterations
-        if jax.process_count() > 1:
-            stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
-        saving = args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations) or stopping
-        if evaluating:
-            k_eval = replicate(jax.random.fold_in(eval_rng, iteration))
+        run.log(first, last, partial(lambda metrics: [[jax.tree.map(host, metrics)]], metrics))
+        if run.due(args.eval_every):
             handmade_names, eval_levels = evaluation_set()
-            per_level = host(evaluate(shared.params, k_eval, eval_levels))
-            log("eval/solve_rate_sampled", per_level[: args.num_eval_levels].mean(), global_step)
-            log("eval/solve_rate_handmade", per_level[args.num_eval_levels :].mean(), global_step)
-            for name, solved_level in zip(handmade_names, per_level[args.num_eval_levels :]):
-                log(f"eval_handmade/{name}", solved_level, global_step)
-        if lead and saving:
-            os.makedirs(f"runs/{run_name}/checkpoints", exist_ok=True)
-            path = f"runs/{run_name}/checkpoints/iter_{iteration}.npz"
-            save_checkpoint(path, shared, buffer, iteration, global_step, train_seconds + time.time() - start_time, args)
-            stop.checkpoint = path  # named once written
-        if evaluating or saving:  # work of differing length on each process (a compilation, a write on process 0)
-            barrier(f"after update {iteration}")
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        log("charts/SPS", sps, global_step)
-        log("charts/train_seconds", train_seconds + time.time() - start_time, global_step)  # Fig. 16b's x axis
-        progress.update(args.batch_size)
-        progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.2f}" if recent_returns else "-")
-        if stopping:
-            progress.close()
-            if lead:
-                print(f"stopped by signal {stop.signum or 'to another process'} after update {iteration}; resume with "
-                      f"--resume {stop.checkpoint}")
-                writer.close()
-            return stop.exit_status
-    progress.close()
-    if lead:
-        writer.close()
-    return 0
+            per_level = host(evaluate(shared.params, replicate(jax.random.fold_in(eval_rng, last)), eval_levels))
+            sampled, handmade = per_level[: args.num_eval_levels], per_level[args.num_eval_levels :]
+            run.write([{"eval/solve_rate_sampled": sampled.mean(), "eval/solve_rate_handmade": handmade.mean(),
+                        **{f"eval_handmade/{name}": solved for name, solved in zip(handmade_names, handmade)}}])
+        run.checkpoint(lambda: (shared, buffer))
+    return run.finish()
+# ==== appendix: the run's plumbing, one text in every JAX script; change it in all of them ====
+# The flags of a run (not of the algorithm) and their generic rules, the scaling recipes' arithmetic, checkpoints,
+# signals, logs, the host's schedule of fused calls, compilation on other threads and its cache, several processes, the
+# entry point. What differs from script to script it reads off the page above by name: Args, ITERATION, FLAG_RULES,
+# UNUSED_RUN_FLAGS, STRUCTURAL_FLAGS, DROPPED_FLAGS, check_args, call_ends, logged_metrics, train.
+import copy
+import json
+import re
+import signal
+import sys
+import threading
+import traceback
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import asdict
+from fractions import Fraction
+from functools import lru_cache
+
+import tyro
+from jax.experimental import multihost_utils
+from tensorboard.compat.proto.event_pb2 import Event
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.summary.writer import event_file_writer
+from tqdm import tqdm
+
+# --fuse-iterations 0: iterations per call until a call trains on this many transitions (below, a call's host cost,
+# dispatch and logging, is a large share: 32,768 transitions take ~0.5-1 s on 2 CPU cores, a few ms on a GPU)
+FUSE_TRANSITIONS = {"cpu": 32_768, "accelerator": 2_097_152}
+# a call takes no more iterations than end within this many seconds (measured on the calls before it): a signal is
+# honoured at the end of the running call, and Slurm sends SIGKILL 30 s after SIGTERM by default
+CALL_SECONDS = 5.0
+UNROLL = {"cpu": 1, "accelerator": 4}  # --unroll 0 by the device (measured with the update unrolled K times)
+LR_BLOCK = 65_536  # iterations whose logged learning rates are computed at once
+REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 
 
-# ---------------------------------------------------------------------------------------------
-# Plumbing: flag checks, logging, checkpoints, signals, processes and compilation settings
-# ---------------------------------------------------------------------------------------------
-class SummaryWriter:
-    """The event files torch.utils.tensorboard.SummaryWriter writes (scalars as simple values, text for the text
-    plugin), through the tensorboard package's own EventFileWriter, so that no run imports torch only for them."""
+@dataclass
+class RunArgs(Args):
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanrl-scale"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
 
-    def __init__(self, logdir):
-        self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
+    # Speed
+    fuse_iterations: int = 0
+    """iterations per jitted call (scanned, their metrics fetched once); 0: as many as fill 32,768 transitions of all
+    seeds on a CPU, 2,097,152 on a GPU or TPU; a call also ends at each evaluation and checkpoint (a script whose loop
+    calls one update at a time takes 0 only)"""
+    unroll: int = 0
+    """steps of the rollout, GAE and minibatch scans unrolled (lax.scan's `unroll`; the same computation, float
+    rounding aside); 0: 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
+    transitions, else 1 (a script whose scans are not unrolled takes 0 only)"""
+    compile_cache: bool = True
+    """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
+    a rerun, a resumed run or a grid point with the same shapes and flags skips compilation (--no-compile-cache or
+    JAX_ENABLE_COMPILATION_CACHE=false: off)"""
 
-    def add_scalar(self, tag, value, step):
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
-        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+    # Checkpoints and several hosts
+    save_every: int = 0
+    """write a checkpoint under runs/{run_name}/checkpoints every this many iterations (0: never)"""
+    keep_checkpoints: int = 3
+    """keep the run's newest this many checkpoints (0: keep every one)"""
+    resume: Optional[str] = None
+    """continue from this checkpoint (the same seed and flags: the same run); every flag but the structural ones (the
+    shapes of what it holds) may change, --ewma-com and --clip-coef among them"""
+    distributed: bool = False
+    """call jax.distributed.initialize() to span several processes / hosts (found from Slurm unless given below; a
+    script that trains on one device refuses it)"""
+    coordinator_address: Optional[str] = None
+    """host:port of process 0 with --distributed (default: from the cluster, or JAX_COORDINATOR_ADDRESS)"""
+    num_processes: Optional[int] = None
+    """number of processes with --distributed (default: from the cluster)"""
+    process_id: Optional[int] = None
+    """this process's index with --distributed (default: from the cluster)"""
 
-    def add_text(self, tag, text):
-        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
-        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
-                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
-        summary = Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
-        self.file.add_event(Event(wall_time=time.time(), step=0, summary=summary))
-
-    def close(self):
-        self.file.close()
+    # to be filled in runtime
+    num_devices: int = 0
+    """the number of JAX devices the envs are split over (computed in runtime: setting it is refused)"""
+    batch_size: int = 0
+    """the batch size (computed in runtime: setting it is refused)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime: setting it is refused)"""
 
 
 class BadFlag(ValueError):
     """A flag value that breaks a rule; reported as one line, exit status 2."""
 
 
-# flags that fix the shapes of what a checkpoint holds; everything else may change on --resume
-STRUCTURAL_FLAGS = ("env_size", "model", "hidden_size", "num_layers", "sfl_buffer_size")
-# bytes of one observation by --env-size and --model (symbolic flat for the MLP, entities for the transformer), as
-# Kinetix 3.0.2 builds them (a test compares them with make_env's): the batch's memory is checked before any compute
-OBS_BYTES = {("s", "mlp"): 560, ("s", "transformer"): 1126, ("m", "mlp"): 988, ("m", "transformer"): 1671,
-             ("l", "mlp"): 2716, ("l", "transformer"): 3878}
+def flag(name):
+    return f"--{name.replace('_', '-')}"
 
 
-def read_checkpoint(path):
-    """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
-    with np.load(path, allow_pickle=False) as data:
-        meta = json.loads(str(data["meta"]))
-        leaves = [data[f"leaf_{i}"] for i in range(meta["num_leaves"])]
-    return meta, leaves
+def run_flags(args):
+    """{flag: value} of the flags this script has (RunArgs less UNUSED_RUN_FLAGS): its logged hyper-parameters."""
+    return {name: value for name, value in vars(args).items() if name not in UNUSED_RUN_FLAGS}
 
 
-def check_distributed(args):
-    """The --distributed flags alone (before jax.distributed.initialize, which must come before any device use)."""
-    given = [f for f in ("coordinator_address", "num_processes", "process_id") if getattr(args, f) is not None]
+def num_runs(args):
+    """Runs one program trains: --num-seeds where a script has it."""
+    return getattr(args, "num_seeds", 1)
+
+
+def check_run_flags(args):
+    """The run flags this script does not use, and --distributed's (before jax.distributed.initialize, which must come
+    before any device use)."""
+    defaults = RunArgs()
+    for name, why in UNUSED_RUN_FLAGS.items():
+        if getattr(args, name) != getattr(defaults, name):
+            raise BadFlag(f"{flag(name)} does not apply to this script: {why}")
+    given = [name for name in ("coordinator_address", "num_processes", "process_id") if getattr(args, name) is not None]
     if given and not args.distributed:
-        raise BadFlag(f"--{given[0].replace('_', '-')} only applies with --distributed")
+        raise BadFlag(f"{flag(given[0])} only applies with --distributed")
     if args.num_processes is not None and args.num_processes <= 0:
         raise BadFlag(f"--num-processes must be positive (got {args.num_processes})")
     if args.process_id is not None and not 0 <= args.process_id < (args.num_processes or float("inf")):
@@ -1052,80 +1042,62 @@ def check_runs_directory():
 
 def resolve_args(args, num_devices=None):
     """Check every flag and fill the values computed at run time; raises BadFlag before any compute. `num_devices`: the
-    devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize: checked as
-    one device, where every divisibility rule that passes at some count passes, and without the per-device size rules,
-    which one device would break first)."""
+    devices the run spans, for a script that splits its envs over them (None: jax.device_count(); 0: not known yet,
+    before jax.distributed.initialize)."""
     if args.exp_name in ("", ".", "..") or "/" in args.exp_name or os.sep in args.exp_name or "\0" in args.exp_name:
         raise BadFlag(f"--exp-name must be a plain name, without '/' (it names a directory under runs/; got {args.exp_name!r})")
     if len(os.fsencode(args.exp_name)) > 128:  # a file name holds 255 bytes: the run's adds the env id, seed and time
         raise BadFlag(f"--exp-name must be at most 128 bytes (it names a directory under runs/; got {len(os.fsencode(args.exp_name))})")
-    for flag in ("num_devices", "batch_size", "num_iterations"):  # filled in below from the other flags
-        if getattr(args, flag):
-            raise BadFlag(f"--{flag.replace('_', '-')} is computed from the other flags: do not set it (got {getattr(args, flag)})")
-    if not 0 <= args.seed < 2**31:  # the seed is an int32 inside the programs, as in ppo_ewma_jax.py and the torch scripts
-        raise BadFlag(f"--seed must lie in [0, 2**31) (got {args.seed})")
-    resolve_preset(args)
-    args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
+    for name in ("num_devices", "batch_size", "num_iterations"):  # filled in below from the other flags
+        if getattr(args, name) and name not in UNUSED_RUN_FLAGS:
+            raise BadFlag(f"{flag(name)} is computed from the other flags: do not set it (got {getattr(args, name)})")
+    check_run_flags(args)
     for name, value in vars(args).items():  # inf and nan break every rule below without failing a comparison
         if isinstance(value, float) and not math.isfinite(value):
-            raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
-    for rule, holds, flags in (
-        ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size",
-                                               "num_layers", "num_eval_levels", "eval_num_attempts", "sfl_num_candidates",
-                                               "sfl_update_period", "sfl_buffer_size", "sfl_rollout_length",
-                                               "learning_rate", "max_grad_norm")),
-        ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "eval_every", "save_every", "keep_checkpoints",
-                                            "dense_reward_scale", "ent_coef", "vf_coef")),
-        ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda", "sfl_sample_ratio"))):
-        for flag in flags:
-            if not holds(getattr(args, flag)):
-                raise BadFlag(f"--{flag.replace('_', '-')} {rule} (got {getattr(args, flag)})")
-    check_distributed(args)
-    for flag in ("num_envs", "sfl_num_candidates"):  # global env and level ids are int32 in the programs
-        if getattr(args, flag) >= 2**31:
-            raise BadFlag(f"--{flag.replace('_', '-')} must be below 2^31 (got {getattr(args, flag)})")
-    if args.model not in MODELS:
-        raise BadFlag(f"--model must be one of {', '.join(MODELS)} (got {args.model!r})")
-    if args.env_size not in ENV_SIZES:
-        raise BadFlag(f"--env-size must be one of {', '.join(ENV_SIZES)} (got {args.env_size!r})")
-    local_batch = args.num_envs * args.num_steps // args.num_devices
-    if num_devices != 0 and local_batch >= 2**31:
-        raise BadFlag(f"--num-envs x --num-steps per device must be below 2^31 (the programs index a device's batch with "
-                      f"int32; got {local_batch})")
-    storage = local_batch * (OBS_BYTES[args.env_size, args.model] + 64)  # and a transition's numbers, under 64 bytes
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if num_devices != 0 and storage > memory:
-        raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: a device's batch alone takes "
-                      f"{storage / 2**30:,.1f} GiB or more, more than this machine's {memory / 2**30:,.1f} GiB of memory")
-    if not 0 < args.clip_coef < 1:  # log(1 - eps) clips the ratio, as in openai/ppo-ewma
-        raise BadFlag(f"--clip-coef must lie in (0, 1) (got {args.clip_coef})")
-    if args.vf_clip_coef is not None and not args.vf_clip_coef > 0:  # a range in value units
-        raise BadFlag(f"--vf-clip-coef must be positive (got {args.vf_clip_coef})")
-    if args.imp_samp_max is None:
-        args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
-    if not (args.imp_samp_max == 0 or args.imp_samp_max >= 1):  # a bound below 1 would bias on-policy samples
-        raise BadFlag(f"--imp-samp-max must be 0 (no bound) or >= 1 (got {args.imp_samp_max})")
-    if args.ewma_com is not None and not args.ewma_com >= 0:
-        raise BadFlag(f"--ewma-com must be >= 0 (got {args.ewma_com}); leave it unset for standard PPO")
-    if args.sfl_buffer_size > args.sfl_num_candidates:
-        raise BadFlag(f"--sfl-buffer-size {args.sfl_buffer_size} must not exceed --sfl-num-candidates {args.sfl_num_candidates}")
-    for flag in ("num_envs", "sfl_num_candidates"):
-        if getattr(args, flag) % args.num_devices:
-            raise BadFlag(f"--{flag.replace('_', '-')} {getattr(args, flag)} must be divisible by the {args.num_devices} devices")
-    if args.sfl_num_candidates % args.num_envs:
-        raise BadFlag(f"--sfl-num-candidates {args.sfl_num_candidates} must be a multiple of --num-envs {args.num_envs} (rolled out num-envs at a time)")
-    fresh, _ = buffer_positions(args.num_envs, args.num_devices, args.sfl_sample_ratio)  # raises on an uneven split
-    local_envs = args.num_envs // args.num_devices
-    if args.level_filter_pool is None:  # Kinetix's 512 where it divides both, else the largest pool that does
-        common = math.gcd(fresh.shape[1], local_envs)
-        args.level_filter_pool = max(d for d in range(1, min(512, common) + 1) if common % d == 0)
-    if args.level_filter_pool <= 0:
-        raise BadFlag(f"--level-filter-pool must be positive (got {args.level_filter_pool})")
-    if args.filter_levels and (fresh.shape[1] % args.level_filter_pool or local_envs % args.level_filter_pool):
-        raise BadFlag(
-            f"--level-filter-pool {args.level_filter_pool} must divide each device's {fresh.shape[1]} fresh levels and "
-            f"{local_envs} envs (random levels are filtered in pools); lower it, or --no-filter-levels"
-        )
+            raise BadFlag(f"{flag(name)} must be a finite number (got {value})")
+    rules = (("must be >= 0", lambda v: v >= 0, ("save_every", "keep_checkpoints", "fuse_iterations", "unroll")),
+             *FLAG_RULES)
+    for rule, holds, names in rules:
+        for name in names:  # unset (None): a default check_args fills in
+            if getattr(args, name) is not None and not holds(getattr(args, name)):
+                raise BadFlag(f"{flag(name)} {rule} (got {getattr(args, name)!r})")
+    check_args(args, num_devices)
+    args.fuse_iterations = min(args.fuse_iterations, args.num_iterations)  # 0 (by the device): resolve_fuse_iterations
+    if args.resume is not None:
+        check_resume(args)
+    return args
+
+
+def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
+    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
+    if base_num_envs <= 0 or base_num_minibatches <= 0:
+        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
+    if (base_num_envs * num_steps) % base_num_minibatches:
+        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
+    k = Fraction(num_envs, base_num_envs)
+    base_mb_size = base_num_envs * num_steps // base_num_minibatches
+    if recipe == "more-minibatches":
+        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
+    elif recipe == "bigger-minibatch":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
+    elif recipe == "bigger-minibatch-sqrt-lr":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
+    elif recipe == "hybrid":
+        if b <= 0:
+            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
+        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
+    else:
+        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    mb_size = size_factor * base_mb_size
+    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
+        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
+    return int(minibatches), int(mb_size), lr0 * lr_factor
+
+
+def resolve_batch(args):
+    """batch_size, the minibatches (of --scaling-recipe, --minibatch-size or --num-minibatches) and num_iterations."""
     args.batch_size = args.num_envs * args.num_steps
     if args.scaling_recipe != "none":
         if args.num_minibatches is not None or args.minibatch_size:
@@ -1145,52 +1117,167 @@ def resolve_args(args, num_devices=None):
         if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
             raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
         args.minibatch_size = args.batch_size // args.num_minibatches
-    # minibatches are built per env (see minibatch_ids): M | T, or T | M with M / T dividing each device's envs
-    # (envs are dealt into the M / T groups within blocks of M / T consecutive ids)
-    m, t, local_envs = args.num_minibatches, args.num_steps, args.num_envs // args.num_devices
-    if not (t % m == 0 or (m % t == 0 and local_envs % (m // t) == 0)):
-        raise BadFlag(
-            f"--num-minibatches {m} must divide --num-steps {t}, or be a multiple of it by a factor that divides "
-            f"the {local_envs} envs per device"
-        )
     if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
         raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
-    if args.resume is not None:
-        if not os.path.isfile(args.resume):
-            raise BadFlag(f"--resume {args.resume}: no such file")
-        try:
-            meta, _ = read_checkpoint(args.resume)
-            missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
-            missing += [f"--{flag.replace('_', '-')}" for flag in STRUCTURAL_FLAGS if flag not in meta.get("args", {})]
-        except Exception as e:  # a truncated or foreign file
-            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
-        this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
-        foreign = set(meta.get("args", {})) - set(asdict(args))
-        written_by = meta.get("script") or ("another script" if foreign else this)
-        if written_by != this:
-            raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
-        if missing:
-            raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
-        for flag in STRUCTURAL_FLAGS:
-            if meta["args"][flag] != getattr(args, flag):
-                raise BadFlag(
-                    f"--resume {args.resume} was saved with --{flag.replace('_', '-')} {meta['args'].get(flag)}, "
-                    f"this run has {getattr(args, flag)}; only flags that keep the network and buffer shapes may change"
-                )
-        if meta["iteration"] >= args.num_iterations:
-            raise BadFlag(f"--resume {args.resume} is at update {meta['iteration']}, not before the last ({args.num_iterations}); raise --total-timesteps")
+
+
+def check_resume(args):
+    """--resume: a checkpoint of this script, of the same structural flags, before the run's last iteration."""
+    if not os.path.isfile(args.resume):
+        raise BadFlag(f"--resume {args.resume}: no such file")
+    try:
+        meta, _ = read_checkpoint(args.resume)
+        missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
+        missing += [flag(name) for name in STRUCTURAL_FLAGS if name not in meta.get("args", {})]
+    except Exception as e:  # a truncated or foreign file
+        raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script ({type(e).__name__}: {e})")
+    this = os.path.basename(__file__)  # before the "script" key: another script's has flags this one lacks
+    foreign = set(meta.get("args", {})) - set(asdict(args)) - set(DROPPED_FLAGS)
+    written_by = meta.get("script") or ("another script" if foreign else this)
+    if written_by != this:
+        raise BadFlag(f"--resume {args.resume} is a checkpoint of {written_by}, not of {this}")
+    if missing:
+        raise BadFlag(f"--resume {args.resume} is not a checkpoint of this script (its metadata lacks {', '.join(missing)})")
+    for name in STRUCTURAL_FLAGS:
+        if meta["args"][name] != getattr(args, name):
+            raise BadFlag(f"--resume {args.resume} was saved with {flag(name)} {meta['args'].get(name)}, this run has "
+                          f"{getattr(args, name)}; only flags that keep the shapes of what it holds may change")
+    if meta["iteration"] >= args.num_iterations:
+        raise BadFlag(f"--resume {args.resume} is at {ITERATION} {meta['iteration']}, not before the last "
+                      f"({args.num_iterations}); raise --total-timesteps")
+
+
+def hyperparameters(args):
+    """The float flags the update takes as traced values, float32: one compiled program serves every value of them (a
+    grid over the learning rate, clip epsilon or COM, a run's budget, a resume with a new COM or epsilon), so the
+    persistent compilation cache serves them all. The flags that shape the program stay Python constants."""
+    updates = args.num_iterations * args.update_epochs * args.num_minibatches
+    values = {"learning_rate": args.learning_rate, "lr_anneal_updates": updates, "clip_coef": args.clip_coef,
+              "vf_clip_coef": args.clip_coef if args.vf_clip_coef is None else args.vf_clip_coef,
+              "ent_coef": args.ent_coef, "vf_coef": args.vf_coef, "max_grad_norm": args.max_grad_norm,
+              "gamma": args.gamma, "gae_lambda": args.gae_lambda,
+              "ewma_beta": ewma_beta(args.ewma_com) if args.ewma_com is not None else 0.0}
+    return {name: np.float32(value) for name, value in values.items()}
+
+
+def filling_iterations(args, device=None):
+    """Iterations of all seeds that fill FUSE_TRANSITIONS on `device` (None: the one this process trains on)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    return max(1, FUSE_TRANSITIONS[device] // (args.batch_size * num_runs(args)))
+
+
+def resolve_fuse_iterations(args, device=None):
+    """--fuse-iterations 0 and --unroll 0: their values on `device` ("cpu" or "accelerator"; None: the one this process
+    trains on, whose backend starts here, not while the flags are checked: a launcher that checks them on a GPU machine
+    takes no GPU)."""
+    device = device or ("cpu" if jax.default_backend() == "cpu" else "accelerator")
+    if args.fuse_iterations == 0:  # a call ends at each evaluation and checkpoint: no more slots than fit between them
+        intervals = [every for every in (*call_ends(args), args.save_every) if every]
+        args.fuse_iterations = min([filling_iterations(args, device), args.num_iterations] + intervals)
+    if args.unroll == 0:  # only where a call holds several iterations of small batches, where loop trips cost (on an
+        # H200, XLA failed to compile the update at 8M-transition batches with its scans unrolled)
+        small = args.batch_size * num_runs(args) < FUSE_TRANSITIONS[device]
+        args.unroll = UNROLL[device] if small and args.fuse_iterations > 1 else 1
     return args
 
 
-def save_checkpoint(path, shared, buffer, iteration, global_step, train_seconds, args):
-    """One .npz: every array of the training state and the SFL buffer, plus the flags and counters."""
-    leaves = [host(x) for x in jax.tree.leaves((shared, buffer))]
+def fuse(update, operands=0):
+    """--fuse-iterations iterations in one call: a scan of the jitted update(runner, *operands, measure, hyper) (one
+    iteration) whose metrics come back stacked, called as fused(runner, *operands, measure, active[, hyper]). An
+    iteration whose `active` is False leaves the runner as it is (a call that ends early, at an evaluation, a checkpoint
+    or the last iteration, has the same shapes and so the same compiled program)."""
+
+    def fused(runner, *rest):
+        static, (measure, active, *hyper) = rest[:operands], rest[operands:]
+        hyper = hyper[0] if hyper else None
+        shapes = jax.eval_shape(update, runner, *static, measure[0], hyper)[1]  # cached: the cond below traces no more
+
+        def skipped(runner):
+            return runner, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        def body(runner, x):
+            measure, active = x
+            return jax.lax.cond(active, lambda r: update(r, *static, measure, hyper), skipped, runner)
+
+        return jax.lax.scan(body, runner, (measure, active))
+
+    return fused
+
+
+def over_seeds(update, num_seeds, operands=0):
+    """A fused update of one run over the seeds' leading axis (--num-seeds; one seed: the lone run's program itself),
+    jitted, its runner donated: every scalar metric comes back in one (seeds, iterations, tags) array, one transfer a
+    call. Returns it and its tags, in that order (set when it is traced)."""
+    tags = []
+
+    def train_call(runner, *rest):
+        static, flags = rest[:operands], rest[operands:]  # (levels, ...), then measure, active, hyper
+        if num_seeds == 1:
+            runner, metrics = update(*jax.tree.map(lambda x: x[0], (runner, *static)), *flags)
+            runner, metrics = jax.tree.map(lambda x: x[None], (runner, metrics))
+        else:
+            runner, metrics = jax.vmap(update, in_axes=(0,) * (1 + operands) + (None,) * len(flags))(runner, *rest)
+        tags[:] = list(metrics)
+        return runner, jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
+
+    return jax.jit(train_call, donate_argnums=0), tags
+
+
+def call_metrics(scalars, tags, measure, active):
+    """A call's stacked metrics on the host, as Run.log takes them: per active iteration, each run's {tag: value}, the
+    dynamics/ ones where measured. The call's own buffer whole: an indexing op would queue behind the running call."""
+    scalars = jax.device_get(scalars)
+    return [[{tag: value for tag, value in zip(tags, scalars[s, i].tolist()) if measure[i] or not tag.startswith("dynamics/")}
+             for s in range(len(scalars))] for i in np.flatnonzero(active)]
+
+
+class SummaryWriter:
+    """The event files torch.utils.tensorboard.SummaryWriter writes (scalars as simple values, text for the text
+    plugin), through the tensorboard package's own EventFileWriter: importing torch only for them took ~1.2 s of every
+    run's start."""
+
+    def __init__(self, logdir):
+        self.file = event_file_writer.EventFileWriter(logdir)  # looked up now: wandb's sync_tensorboard patches it
+
+    def add_scalars(self, values, step):
+        """Every {tag: value} at one step in one event: one write where one a tag took ~10 times the host's time (what
+        TensorBoard and wandb read back is the same)."""
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value)) for tag, value in values.items()])
+        self.file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def add_text(self, tag, text):
+        metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+        tensor = TensorProto(dtype="DT_STRING", string_val=[text.encode()],
+                             tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
+        summary = Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata, tensor=tensor)])
+        self.file.add_event(Event(wall_time=time.time(), step=0, summary=summary))
+
+    def close(self):
+        self.file.close()
+
+
+def host(x):
+    """This process's copy of an array on one device or replicated on several (all of it; works across hosts, unlike
+    device_get)."""
+    return np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) else np.asarray(x)
+
+
+def read_checkpoint(path):
+    """(meta dict, list of arrays) of a checkpoint written by `save_checkpoint`."""
+    with np.load(path, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+        leaves = [data[f"leaf_{i}"] for i in range(meta["num_leaves"])]
+    return meta, leaves
+
+
+def save_checkpoint(path, state, iteration, global_step, train_seconds, args):
+    """One .npz: every array of `state`, plus the flags and counters."""
+    leaves = [host(x) for x in jax.tree.leaves(state)]
     meta = {"num_leaves": len(leaves), "iteration": iteration, "global_step": global_step,
-            "train_seconds": train_seconds, "args": asdict(args),
-            "script": os.path.basename(__file__)}
+            "train_seconds": train_seconds, "args": run_flags(args), "script": os.path.basename(__file__)}
     tmp = f"{path}.tmp.npz"
     np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
     os.replace(tmp, path)  # never a half-written checkpoint
@@ -1205,24 +1292,21 @@ def prune_checkpoints(directory, keep):
 
 
 def restore_checkpoint(path, target):
-    """(shared, buffer) as host arrays, update count, step and training seconds from `path`, checked leaf by leaf
-    against `target`."""
+    """The state saved at `path` (host arrays), iteration, global_step, training seconds; checked leaf by leaf against
+    `target`'s shapes."""
     meta, leaves = read_checkpoint(path)
     expected, treedef = jax.tree.flatten(target)
     if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
-        raise BadFlag(f"--resume {path} does not match this network and buffer (array shapes differ)")
+        raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
     return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"], meta.get("train_seconds", 0.0)
 
 
-REQUEUE = 75  # exit status of a run stopped by SIGTERM / SIGUSR1 with a checkpoint: "requeue me" (EX_TEMPFAIL)
-
-
 class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
-    """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run after the running update, with a
-    checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
-    update there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA;
-    with several processes (`together`) it waits for the first update instead, where every process agrees to stop (one
-    that left alone would leave the others waiting at a barrier, until JAX ends them for a lost task)."""
+    """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at the end of the running call, with
+    a checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
+    call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA; with
+    several processes (`together`) it waits for the first call instead, where every process agrees to stop (one that
+    left alone would leave the others waiting at a barrier, until JAX ends them for a lost task)."""
 
     def __init__(self):
         super().__init__()
@@ -1243,19 +1327,20 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
         return 128 + signal.SIGINT if self.signum == signal.SIGINT else REQUEUE
 
 
-def in_background(fn):
-    """fn() on a daemon thread, as a Future: a run that stops or fails while XLA compiles does not wait for it (XLA
-    compiles without holding the GIL: on two or more cores the set-up's own compilations run beside it)."""
-    future = Future()
+def in_background(*fns):
+    """Each fn() on a daemon thread of its own, as Futures: a run that stops or fails while XLA compiles does not wait
+    for it (XLA compiles without holding the GIL: on two or more cores the set-up's own compilations run beside it)."""
+    futures = [Future() for _ in fns]
 
-    def run():
+    def run(fn, future):
         try:
             future.set_result(fn())
         except BaseException as e:  # handed to whoever asks for the result
             future.set_exception(e)
 
-    threading.Thread(target=run, daemon=True).start()
-    return future
+    for fn, future in zip(fns, futures):
+        threading.Thread(target=run, args=(fn, future), daemon=True).start()
+    return futures
 
 
 def barrier(name):
@@ -1268,35 +1353,198 @@ def barrier(name):
         distributed.global_state.client.wait_at_barrier(name, timeout_in_ms=3_600_000)
 
 
-def host(x):
-    """This process's copy of a replicated array (all of it; works across hosts, unlike device_get)."""
-    return np.asarray(x.addressable_data(0))
+class Run:
+    """A run's host side: its clock, checkpoints, logs (TensorBoard, wandb, the progress bar; process 0 only), the
+    schedule of its calls and the stop a signal asks for. `train` on the page above reads: run.restore, run.compile,
+    run.start, run.begin, then for each call of run.calls(): the call, run.log, evaluations (run.due, run.write),
+    run.checkpoint; run.finish."""
+
+    def __init__(self, args, stop):
+        self.args, self.stop = resolve_fuse_iterations(args), stop
+        self.lead = jax.process_index() == 0  # only process 0 logs and checkpoints
+        self.start_iteration, self.global_step, self.train_seconds = 0, 0, 0.0
+        self.writers, self.names, self.pending, self.stopping, self.last = [], [], None, False, 0
+        self.recent_returns = deque(maxlen=20)
+        # iterations a call may take (CALL_SECONDS): before a call is measured, as many as the default fills
+        self.call_iterations = min(args.fuse_iterations, filling_iterations(args))
+
+    def restore(self, target):
+        """The state of the --resume checkpoint (host arrays, checked against target's shapes); the run goes on from its
+        iteration, step count and training clock."""
+        state, self.start_iteration, self.global_step, self.train_seconds = restore_checkpoint(self.args.resume, target)
+        return state
+
+    def restore_seeds(self, shapes):
+        """restore() of a state with a leading seed axis (--num-seeds): a lone seed's checkpoint holds it without."""
+        lone = num_runs(self.args) == 1
+        state = self.restore(jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), shapes) if lone else shapes)
+        return jax.tree.map(lambda x: x[None], state) if lone else state
+
+    def seeds_state(self, state):
+        """What a checkpoint of a state with a leading seed axis holds: a lone seed's arrays without it."""
+        return jax.tree.map(lambda x: x[0], state) if num_runs(self.args) == 1 else state
+
+    def compile(self, *programs):
+        """Each program() (a compilation) on another thread while this one sets the run up and waits where a signal
+        can reach it: Futures."""
+        futures = in_background(*programs)
+        self.stop.compiling += futures
+        return futures
+
+    def start(self, names, schedule):
+        """The run's logs, one per name (per seed), each with the flags as its hyperparameters text (its own seed);
+        `schedule`: the learning rate after a number of minibatch steps."""
+        args, self.names, self.schedule = self.args, names, schedule
+        if self.lead:
+            flags = run_flags(args)
+            if args.track:
+                import wandb
+
+                wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=flags,
+                           name=names[0], save_code=True)
+            self.writers = [SummaryWriter(f"runs/{name}") for name in names]
+            for i, writer in enumerate(self.writers):
+                writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
+                    f"|{key}|{args.seed + i if key == 'seed' else value}|" for key, value in flags.items()))
+        self.learning_rates(self.start_iteration // LR_BLOCK)
+        self.progress = tqdm(total=args.num_iterations * args.batch_size * len(names), unit="step", unit_scale=True,
+                             initial=self.global_step * len(names), dynamic_ncols=True, disable=not self.lead)
+
+    def begin(self, *compiling):
+        """Training starts: the compiled programs (every process waits for the others'); a signal from now on stops the
+        run after the running call, with a checkpoint."""
+        programs = [future.result() for future in compiling]
+        barrier("programs ready")
+        if self.stop.signum is not None and not self.stop.together:  # its raise was lost (a gc callback ignores it)
+            raise self.stop
+        self.stop.training = True
+        self.start_time = self.logged_time = time.time()
+        self.start_step = self.global_step
+        return programs
+
+    def calls(self):
+        """(first, last, active) of each call: up to --fuse-iterations iterations (and as many as end within CALL_SECONDS),
+        ending at each of call_ends(args), each checkpoint and the last iteration; `active` marks which of the call's
+        --fuse-iterations slots train. Ends after the call a signal stopped the run at."""
+        args, iteration = self.args, self.start_iteration
+        self.ends = (*call_ends(args), args.save_every)
+        while iteration < args.num_iterations:
+            last = min(iteration + self.call_iterations, args.num_iterations)
+            for every in self.ends:
+                if every:
+                    last = min(last, (iteration // every + 1) * every)
+            self.last = last
+            yield iteration + 1, last, np.arange(iteration + 1, iteration + args.fuse_iterations + 1) <= last
+            iteration = last
+            if self.stopping:
+                self.progress.close()
+                if self.lead:
+                    print(f"stopped by signal {self.stop.signum or 'to another process'} after {ITERATION} {iteration}; "
+                          f"resume with --resume {self.stop.checkpoint}")
+                return
+
+    def due(self, every):
+        """Whether the call that just ran ends a period of `every` iterations (or the run)."""
+        return bool(every) and (self.last % every == 0 or self.last == self.args.num_iterations)
+
+    def log(self, first, last, rows):
+        """Log iterations first..last of the call just dispatched: `rows()`, a list per iteration of each run's {tag:
+        value}, is fetched while the next call computes (JAX dispatches asynchronously), or now where this call ends at
+        an evaluation, checkpoint, stop or the run's end. A signal (to any process) stops every one after this call."""
+        if self.pending:
+            self.flush()
+        self.pending = (first, last, rows)
+        stopping = self.stop.signum is not None and last < self.args.num_iterations  # read once: it may change any time
+        if jax.process_count() > 1:  # several processes: they agree on it
+            stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
+        self.stopping = stopping
+        if stopping or last == self.args.num_iterations or any(self.due(every) for every in self.ends):
+            self.flush()
+
+    def flush(self):
+        """Write the pending call's iterations, each at its own step; the call's wall time (from the previous call's
+        metrics to this one's) is shared evenly among them."""
+        if not self.pending:
+            return
+        (first, last, rows), self.pending = self.pending, None
+        args, n = self.args, last - first + 1
+        rows, now = rows(), time.time()
+        for i, iteration in enumerate(range(first, last + 1)):
+            self.global_step += args.batch_size
+            seconds = self.logged_time + (now - self.logged_time) * (i + 1) / n - self.start_time
+            for writer, metrics in zip(self.writers, rows[i]):
+                metrics = logged_metrics(args, metrics)
+                if "charts/episodic_return" in metrics:
+                    self.recent_returns.append(metrics["charts/episodic_return"])
+                metrics["charts/learning_rate"] = self.learning_rates(iteration // LR_BLOCK)[iteration % LR_BLOCK]
+                metrics["charts/SPS"] = int((self.global_step - self.start_step) / seconds)
+                metrics["charts/train_seconds"] = self.train_seconds + seconds  # wall-clock x
+                writer.add_scalars(metrics, self.global_step)
+        per_iteration = (now - self.logged_time) / n
+        self.call_iterations = min(args.fuse_iterations, max(1, int(CALL_SECONDS / max(per_iteration, 1e-9))))
+        self.logged_time = now
+        self.progress.update(args.batch_size * len(self.names) * n)
+        self.progress.set_postfix(sps=int(len(self.names) * (self.global_step - self.start_step) / (now - self.start_time)),
+                                  ret=f"{np.mean(self.recent_returns):.2f}" if self.recent_returns else "-")
+
+    def write(self, rows):
+        """Each run's {tag: value} at the step reached (the pending call logged first)."""
+        self.flush()
+        for writer, values in zip(self.writers, rows):
+            writer.add_scalars(values, self.global_step)
+
+    @lru_cache(maxsize=1)
+    def learning_rates(self, block):
+        """The learning rate after each iteration of block `block` (LR_BLOCK iterations), computed once a block: a jax
+        call in the loop waits for the running update."""
+        iterations = np.minimum(np.arange(block * LR_BLOCK, (block + 1) * LR_BLOCK), self.args.num_iterations)
+        counts = iterations * self.args.update_epochs * self.args.num_minibatches
+        return np.broadcast_to(np.asarray(self.schedule(counts)), counts.shape)
+
+    def checkpoint(self, state):
+        """After the call: a checkpoint of state() if one is due (--save-every, the run's end, a stop), named for the
+        resume line; then, where the call ended early, every process waits for the others (work of differing length)."""
+        args, last = self.args, self.last
+        if (self.due(args.save_every) or self.stopping) and self.lead:
+            os.makedirs(f"runs/{self.names[0]}/checkpoints", exist_ok=True)
+            path = f"runs/{self.names[0]}/checkpoints/iter_{last}.npz"
+            save_checkpoint(path, state(), last, self.global_step, self.train_seconds + time.time() - self.start_time, args)
+            self.stop.checkpoint = path  # named once written
+        if self.pending is None:
+            barrier(f"after {ITERATION} {last}")
+
+    def finish(self):
+        """The logs closed; the exit status: 0, or 75 / 130 after a stop with a checkpoint."""
+        self.progress.close()
+        for writer in self.writers:
+            writer.close()
+        return self.stop.exit_status if self.stopping else 0
 
 
 def use_compile_cache(args):
     """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
-    anything compiles (checking the flags builds the env): JAX settles the cache at its first compilation. With
+    anything compiles (checking the flags builds some envs): JAX settles the cache at its first compilation. With
     --distributed too: every process waits for the others before a program's first collective (barrier)."""
     if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
         jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
         return
     default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
     jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, SFL, init and evaluation
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, init and evaluation programs
 
 
 if __name__ == "__main__":
-    args = tyro.cli(Args)
+    args = tyro.cli(RunArgs)
     use_compile_cache(args)
     stop = Stop()
     try:
-        check_distributed(args)
+        check_run_flags(args)
         if args.distributed:  # before anything touches a device, so that jax.devices() spans every process
             # every flag a device count cannot make right is checked first: initialize waits for all the processes
             resolve_args(copy.deepcopy(args), num_devices=0)
             check_runs_directory()
             # JAX's preemption service would take SIGTERM from Stop's handler (a SIGTERM then neither checkpoints nor
-            # stops the run): Stop's handler and the per-update agreement below do its work, for SIGUSR1 and Ctrl-C too
+            # stops the run): Stop's handler and the per-call agreement (Run.log) do its work, for SIGUSR1 and Ctrl-C too
             jax.config.update("jax_enable_preemption_service", False)
             stop.together = True
             try:
@@ -1305,14 +1553,14 @@ if __name__ == "__main__":
                 raise BadFlag(f"--distributed needs --coordinator-address, --num-processes and --process-id here: {e}")
         resolve_args(args)
         check_runs_directory()
-        status = main(args, stop)
+        status = train(args, Run(args, stop))
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except (Exception, Stop) as e:  # stopped before the first update or by a second Ctrl-C, or an error
+    except (Exception, Stop) as e:  # stopped before the first call or by a second Ctrl-C, or an error
         if isinstance(e, Stop):
             resume = stop.checkpoint or args.resume
-            print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else 'before the first update'}); "
+            print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else f'before the first {ITERATION}'}); "
                   + (f"resume with --resume {resume}" if resume else "nothing saved: rerun the command"))
             status = e.exit_status
         else:
