@@ -89,7 +89,7 @@ def main():
     locomotion = dict(env_size=opts.env_size, num_morphologies=opts.num_morphologies) if opts.env_id == "locomotion" else {}
     flags = ["--env-id", opts.env_id, *[x for k, v in locomotion.items() for x in (f"--{k.replace('_', '-')}", v)],
              "--num-envs", opts.num_envs, "--num-steps", opts.num_steps, *opts.extra]
-    args = module.resolve_args(module.Args(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps,
+    args = module.resolve_args(module.RunArgs(env_id=opts.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps,
                                            num_minibatches=1, **locomotion))
     seeds = int(opts.extra[opts.extra.index("--num-seeds") + 1]) if "--num-seeds" in opts.extra else 1
     batch = opts.num_envs * opts.num_steps

@@ -85,7 +85,8 @@ def project_program(opts, ewma, overrides, xla):
                  update_epochs=4, learning_rate=2.5e-4, anneal_lr=True, gamma=0.99, gae_lambda=0.95, clip_coef=0.2,
                  hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000)
     flags.update(overrides)
-    args = ewma.resolve_args(ewma.Args(**{k: v for k, v in flags.items() if k in ewma.Args.__dataclass_fields__}))
+    flags_of = getattr(ewma, "RunArgs", ewma.Args)  # earlier revisions: Args held the run's flags too
+    args = ewma.resolve_args(flags_of(**{k: v for k, v in flags.items() if k in flags_of.__dataclass_fields__}))
     if hasattr(ewma, "resolve_fuse_iterations"):  # earlier revisions resolve it with the other flags
         ewma.resolve_fuse_iterations(args)
     env = ewma.make_env(args)
@@ -213,7 +214,7 @@ def main():
         raise SystemExit("profile_jax.py: error: --num-minibatches must divide --num-envs x --num-steps")
     report = {"machine": jax_machine(), "options": {k: str(v) for k, v in vars(opts).items()}}
     project = load_script("ppo_ewma_jax")
-    unknown = [name for name, _ in opts.variant if name not in project.Args.__dataclass_fields__]
+    unknown = [name for name, _ in opts.variant if name not in project.RunArgs.__dataclass_fields__]
     if unknown:
         raise SystemExit(f"profile_jax.py: error: --variant {unknown[0]}: not a flag of ppo_ewma_jax.py")
     modules = {"project": (project, {}, {})}

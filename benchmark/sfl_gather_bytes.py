@@ -71,7 +71,7 @@ def collective_bytes(hlo):
 
 def level_bytes(module, size):
     """Bytes of one random level of this Kinetix size (shapes only, nothing compiled)."""
-    args = module.resolve_args(module.Args(env_size=size, model="mlp", num_envs=2, sfl_num_candidates=2, sfl_buffer_size=1,
+    args = module.resolve_args(module.RunArgs(env_size=size, model="mlp", num_envs=2, sfl_num_candidates=2, sfl_buffer_size=1,
                                            num_minibatches=1, filter_levels=False), num_devices=1)
     env = module.make_env(args)
     level = jax.eval_shape(lambda key: env.sample_levels(key, 1), jax.random.PRNGKey(0))
@@ -81,7 +81,7 @@ def level_bytes(module, size):
 def main():
     module = load_script("ppo_kinetix_sfl")
     d, n, k = OPTS.devices, OPTS.num_envs, OPTS.buffer_size
-    args = module.resolve_args(module.Args(env_size=OPTS.env_size, model="mlp", num_envs=n, num_steps=4, num_minibatches=1,
+    args = module.resolve_args(module.RunArgs(env_size=OPTS.env_size, model="mlp", num_envs=n, num_steps=4, num_minibatches=1,
                                            sfl_num_candidates=n, sfl_buffer_size=k, sfl_rollout_length=4,
                                            filter_levels=False, eval_every=0))
     assert args.num_devices == d, f"{args.num_devices} devices visible, asked for {d}"

@@ -58,7 +58,7 @@ def random_action_sps(opts, scans):
     from jax.sharding import PartitionSpec as P
 
     module = load_script(SCRIPT)
-    args = module.resolve_args(module.Args(env_size=opts.env_size, model=opts.model, num_envs=opts.num_envs,
+    args = module.resolve_args(module.RunArgs(env_size=opts.env_size, model=opts.model, num_envs=opts.num_envs,
                                            num_steps=opts.num_steps, sfl_num_candidates=opts.num_envs,
                                            sfl_buffer_size=1, num_minibatches=1, filter_levels=False))
     env = module.make_env(args)

@@ -407,7 +407,7 @@ def test_a_scripts_own_run_gets_command_lines_from_its_hyperparameters_text(tmp_
     """A run started by hand (no launcher, no command.json): its flags come from the `hyperparameters` text the script
     logs, so its remedies are command lines too, which the script's own flag checks take."""
     module = load_script("ppo_ewma_jax")
-    args = module.resolve_args(tyro.cli(module.Args, args=ARGV + ["--num-seeds", "2"]))  # seeds in one program
+    args = module.resolve_args(tyro.cli(module.RunArgs, args=ARGV + ["--num-seeds", "2"]))  # seeds in one program
     tb = write_run(tmp_path / "work", "stagnated")
     writer = module.SummaryWriter(str(tb))  # the script's own writer, its own table
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in vars(args).items()))

@@ -39,5 +39,6 @@ def test_without_a_gpu_it_stops_before_any_run(tmp_path):
 
 @pytest.mark.parametrize("name,script,argv", smoke_flags(), ids=[run[0] for run in smoke_flags()])
 def test_every_run_s_flags_parse_with_its_script(name, script, argv):
-    args = tyro.cli(load_script(script).Args, args=argv)  # a renamed or removed flag exits here (tyro: exit 2)
+    module = load_script(script)
+    args = tyro.cli(getattr(module, "RunArgs", module.Args), args=argv)  # a renamed or removed flag exits here (tyro: exit 2)
     assert args.exp_name == "cuda_smoke"

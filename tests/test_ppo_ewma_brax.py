@@ -144,7 +144,7 @@ def test_the_brax_env_steps_are_purejaxrls_wrappers(ewma):
     numpy and fed the raw Brax observations, rewards and dones: 4 inverted pendulums for 60 steps of wide random
     actions (episodes end and restart in between)."""
     gamma = 0.9
-    args = ewma.resolve_args(ewma.Args(env_id="inverted_pendulum", num_envs=4, num_minibatches=4, gamma=gamma))
+    args = ewma.resolve_args(ewma.RunArgs(env_id="inverted_pendulum", num_envs=4, num_minibatches=4, gamma=gamma))
     env = ewma.make_env(args)
     obs, state = env.reset(jax.random.split(jax.random.PRNGKey(0), 4))
     step = jax.jit(env.step)
@@ -173,7 +173,7 @@ def test_an_ended_episode_restarts_from_the_envs_first_state_or_a_fresh_random_o
     """Brax's auto-reset puts an env back in its own first state (N_envs start states in all); --brax-fresh-starts
     draws a new random one, as Isaac Gym re-randomises at every reset. Both inverted pendulums are put at their
     episode's last step, so the next step ends (truncates) both episodes."""
-    args = ewma.resolve_args(ewma.Args(env_id="inverted_pendulum", num_envs=2, num_minibatches=2, norm_obs=False,
+    args = ewma.resolve_args(ewma.RunArgs(env_id="inverted_pendulum", num_envs=2, num_minibatches=2, norm_obs=False,
                                        brax_fresh_starts=fresh))
     env = ewma.make_env(args)
     first, state = env.reset(jax.random.split(jax.random.PRNGKey(0), 2))
@@ -190,12 +190,12 @@ def test_an_ended_episode_restarts_from_the_envs_first_state_or_a_fresh_random_o
 
 # ---- flags -------------------------------------------------------------------------------------------
 def test_defaults_are_purejaxrls(ewma):
-    args = ewma.resolve_args(ewma.Args(env_id="ant"))
+    args = ewma.resolve_args(ewma.RunArgs(env_id="ant"))
     assert (args.num_envs, args.num_steps, args.num_minibatches, args.update_epochs) == (2048, 10, 32, 4)
     assert (args.gamma, args.gae_lambda, args.ent_coef, args.learning_rate, args.clip_coef) == (0.99, 0.95, 0.0, 3e-4, 0.2)
     assert (args.num_layers, args.hidden_size, args.total_timesteps, args.anneal_lr) == (2, 256, 50_000_000, False)
     assert (args.brax_backend, args.norm_obs, args.norm_reward, args.max_grad_norm) == ("positional", True, True, 0.5)
-    assert ewma.Args().env_id == "hopper"  # PureJaxRL's ENV_NAME
+    assert ewma.RunArgs().env_id == "hopper"  # PureJaxRL's ENV_NAME
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -257,7 +257,7 @@ def test_ant_resumes_exactly_with_its_normalisation_statistics(ant_run, tmp_path
 def test_the_checkpoint_holds_the_normalisation_statistics(ewma, ant_run):
     """What the resume above rests on: the statistics of every observation and return so far are in the checkpoint
     (16 envs x (1 reset + 2 x 10 steps), from a count of 1e-4), not fresh ones."""
-    args = ewma.resolve_args(ewma.Args(env_id="ant", num_envs=16, num_minibatches=4, total_timesteps=640))
+    args = ewma.resolve_args(ewma.RunArgs(env_id="ant", num_envs=16, num_minibatches=4, total_timesteps=640))
     env = ewma.make_env(args)
     init = ewma.make_train(args, env)[0]
     target = jax.eval_shape(lambda: init(jax.random.PRNGKey(0)))
@@ -273,7 +273,7 @@ def test_an_update_that_does_not_move_the_policy_has_zero_kl(ewma):
     """The behaviour distribution stored with each transition is the policy at the (normalised) observation it was
     trained on: at a learning rate of 1e-30 the update moves the zero-initialised biases and log-std by ~1e-30 and
     nothing else, and KL, clip fraction and the ratio are those of an unchanged policy in float32."""
-    args = ewma.resolve_args(ewma.Args(env_id="inverted_pendulum", num_envs=4, num_steps=8, num_minibatches=2,
+    args = ewma.resolve_args(ewma.RunArgs(env_id="inverted_pendulum", num_envs=4, num_steps=8, num_minibatches=2,
                                        total_timesteps=32, learning_rate=1e-30, dynamics_batch=32))
     env = ewma.make_env(args)
     init, update, _ = ewma.make_train(args, env)

@@ -244,7 +244,7 @@ def test_multi_categorical_masks_missing_categories_and_kl_is_exact(ewma):
 
 # ---- flags ------------------------------------------------------------------------------------------
 def test_defaults_are_table_2_locomotion(ewma):
-    args = ewma.resolve_args(ewma.Args())
+    args = ewma.resolve_args(ewma.RunArgs())
     assert (args.gamma, args.gae_lambda, args.num_steps, args.update_epochs, args.clip_coef) == (0.995, 0.9, 256, 8, 0.2)
     assert (args.max_grad_norm, args.clip_vloss, args.vf_coef, args.ent_coef) == (0.5, True, 0.5, 0.01)
     assert (args.learning_rate, args.num_envs, args.num_minibatches, args.minibatch_size) == (3e-4, 2048, 32, 16384)
@@ -256,7 +256,7 @@ def test_defaults_are_table_2_locomotion(ewma):
 def test_the_ratio_is_bounded_by_default_only_in_ppo_ewma(ewma, flags, bound):
     """openai/ppo-ewma's 100 with --ewma-com; in PPO mode no bound, as PureJaxRL's and CleanRL's PPO: there the loss is
     PPO's clipped surrogate at every ratio (test_decoupled_loss_with_proximal_equal_to_behaviour...)."""
-    assert ewma.resolve_args(ewma.Args(env_id="CartPole-v1", **flags)).imp_samp_max == bound
+    assert ewma.resolve_args(ewma.RunArgs(env_id="CartPole-v1", **flags)).imp_samp_max == bound
 
 
 @pytest.mark.parametrize("recipe, b, expected", [
@@ -266,7 +266,7 @@ def test_the_ratio_is_bounded_by_default_only_in_ppo_ewma(ewma, flags, bound):
     ("hybrid", 2, (64, 32768, 3e-4 * 2**0.5)),
 ])
 def test_scaling_recipes_from_this_scripts_base_of_2048_envs_and_32_minibatches(ewma, recipe, b, expected):
-    args = ewma.resolve_args(ewma.Args(num_envs=8192, scaling_recipe=recipe, hybrid_minibatch_factor=b))
+    args = ewma.resolve_args(ewma.RunArgs(num_envs=8192, scaling_recipe=recipe, hybrid_minibatch_factor=b))
     assert (args.num_minibatches, args.minibatch_size) == expected[:2]
     assert args.learning_rate == pytest.approx(expected[2])
 
@@ -280,8 +280,8 @@ def test_scaling_recipes_from_this_scripts_base_of_2048_envs_and_32_minibatches(
     (dict(env_id="CartPole-v1", num_envs=4, num_steps=128, total_timesteps=5 * 512), 5),  # at most the whole run
 ])
 def test_default_fuse_iterations(ewma, flags, expected):
-    assert ewma.resolve_args(ewma.Args(**flags)).fuse_iterations == 0  # the device decides, in main
-    assert ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.Args(**flags))).fuse_iterations == expected
+    assert ewma.resolve_args(ewma.RunArgs(**flags)).fuse_iterations == 0  # the device decides, in main
+    assert ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.RunArgs(**flags))).fuse_iterations == expected
 
 
 @pytest.mark.parametrize("flags, device, expected", [
@@ -295,7 +295,7 @@ def test_default_fuse_iterations(ewma, flags, expected):
     (dict(num_envs=4096, num_steps=16, fuse_iterations=1), "accelerator", 1),  # one iteration a call
 ])
 def test_default_unroll(ewma, flags, device, expected):
-    args = ewma.resolve_args(ewma.Args(**flags))
+    args = ewma.resolve_args(ewma.RunArgs(**flags))
     assert args.unroll == flags.get("unroll", 0)  # 0: the device decides, in main
     assert ewma.resolve_fuse_iterations(args, device).unroll == expected
 
@@ -315,7 +315,7 @@ TINY_CARTPOLE = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibat
 
 def lowered_update(ewma, **flags):
     """The text of the jitted update this script compiles for these flags (traced, lowered, not compiled)."""
-    args = ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.Args(**{**TINY_CARTPOLE, "fuse_iterations": 2, **flags})))
+    args = ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.RunArgs(**{**TINY_CARTPOLE, "fuse_iterations": 2, **flags})))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
@@ -347,7 +347,7 @@ def test_traced_flags_give_the_numbers_of_constant_ones(ewma):
 @pytest.mark.parametrize("anneal", [True, False])
 def test_learning_rate_schedule_is_optax_linear_schedule(ewma, anneal):
     def args_and_schedule(lr):
-        args = ewma.resolve_args(ewma.Args(**{**TINY_CARTPOLE, "total_timesteps": 64 * 7}, learning_rate=lr, anneal_lr=anneal))
+        args = ewma.resolve_args(ewma.RunArgs(**{**TINY_CARTPOLE, "total_timesteps": 64 * 7}, learning_rate=lr, anneal_lr=anneal))
         return args, ewma.make_train(args, ewma.make_env(args))[3]
 
     assert_schedule_is_optax(ewma, args_and_schedule, anneal)
@@ -357,7 +357,7 @@ def test_checking_the_flags_starts_no_device_backend():
     """resolve_args runs in the launcher's process for every run of a grid: on a GPU machine a started backend would
     hold the GPUs (and, by JAX's default, most of their memory) while the runs need them."""
     code = ("import sys; sys.argv = ['x']; import jax._src.xla_bridge as xb; from benchmark.common import load_script; "
-            "m = load_script('ppo_ewma_jax'); [m.resolve_args(m.Args(**f)) for f in "
+            "m = load_script('ppo_ewma_jax'); [m.resolve_args(m.RunArgs(**f)) for f in "
             "({}, {'env_id': 'CartPole-v1', 'num_envs': 4, 'num_steps': 128})]; print('backends', sorted(xb._backends))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -368,7 +368,7 @@ def test_checking_the_flags_starts_no_device_backend():
 def tiny_update(ewma, shaping=()):
     """The jitted update of the tiny CartPole config with these flags that shape its program, its first runner and
     levels: one per program, so that the calls that differ only in traced values compile it once (as a grid does)."""
-    args = ewma.resolve_args(ewma.Args(**TINY_CARTPOLE, **dict(shaping)))
+    args = ewma.resolve_args(ewma.RunArgs(**TINY_CARTPOLE, **dict(shaping)))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
@@ -379,7 +379,7 @@ def first_update_metrics(ewma, measure=False, traced=False, **flags):
     """The metrics of one update of a tiny CartPole config, in process (with the dynamics/ metrics if measure). traced:
     as the script runs it, the float flags given as values (hyperparameters) to the one program of the flags that
     shape it, measure as a value too; else a program with every flag compiled in as a constant."""
-    values = ewma.hyperparameters(ewma.resolve_args(ewma.Args(**TINY_CARTPOLE, **flags)))
+    values = ewma.hyperparameters(ewma.resolve_args(ewma.RunArgs(**TINY_CARTPOLE, **flags)))
     if traced:
         update, runner, levels = tiny_update(ewma, tuple(sorted((k, v) for k, v in flags.items() if k not in values)))
     else:
@@ -391,7 +391,7 @@ def first_update_metrics(ewma, measure=False, traced=False, **flags):
 def test_fused_iterations_are_the_iterations_one_by_one(ewma):
     """--fuse-iterations: K iterations in one call give the metrics and parameters of K calls of one iteration, and an
     inactive iteration (a call that ends early) leaves the runner as it was."""
-    args = ewma.resolve_args(ewma.Args(**{**TINY_CARTPOLE, "total_timesteps": 64 * 4}))
+    args = ewma.resolve_args(ewma.RunArgs(**{**TINY_CARTPOLE, "total_timesteps": 64 * 4}))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     update = jax.jit(update, compiler_options=FAST_COMPILE_OPTIONS)
@@ -506,9 +506,9 @@ def test_dynamics_in_the_update_read_the_raw_first_minibatch_gradient(ewma):
 def test_a_budget_of_more_optimiser_steps_than_int32_counts_is_refused(ewma):
     """optax counts minibatch steps in int32 (and the logged learning rates are computed from those counts)."""
     flags = dict(env_id="CartPole-v1", num_envs=4, num_steps=128, update_epochs=4, num_minibatches=4)
-    ewma.resolve_args(ewma.Args(**flags, total_timesteps=512 * (2**27 - 1)))  # 2^31 - 16 steps
+    ewma.resolve_args(ewma.RunArgs(**flags, total_timesteps=512 * (2**27 - 1)))  # 2^31 - 16 steps
     with pytest.raises(ewma.BadFlag, match=r"gives 134217728 iterations of 16 minibatch steps: at most 2\^31 - 1 steps"):
-        ewma.resolve_args(ewma.Args(**flags, total_timesteps=512 * 2**27))
+        ewma.resolve_args(ewma.RunArgs(**flags, total_timesteps=512 * 2**27))
 
 
 @pytest.mark.parametrize("activation, function", [("tanh", np.tanh), ("relu", lambda z: np.maximum(z, 0.0))])
@@ -604,8 +604,10 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--num-envs", "6", "--num-steps", "5", "--num-minibatches", "4"], "--num-minibatches 4 must be positive and divide the batch 30"),
     (["--num-envs", "3", "--scaling-recipe", "more-minibatches"], "fractional minibatch count"),
     (["--env-id", "NoSuchEnv-v0"], "--env-id must be `locomotion` or a gymnax id such as CartPole-v1"),
-    (["--env-id", "ant"], "Brax's continuous control: ppo_ewma_brax.py"),
-    (["--env-id", "Pendulum-v1"], "gymnax's continuous-action envs are not supported; ppo_ewma_brax.py"),
+    (["--env-id", "ant"], "Brax's continuous control: the Brax script"),
+    (["--env-id", "Pendulum-v1"], "gymnax's continuous-action envs are not supported (the Brax script"),
+    (["--distributed"], "--distributed does not apply to this script: it trains on one device of one process"),
+    (["--num-devices", "2"], "--num-devices does not apply to this script"),
     (["--env-id", "CartPole-v1", "--env-size", "s"], "--env-size applies to --env-id locomotion only"),
     (["--env-id", "CartPole-v1", "--num-morphologies", "8"], "--num-morphologies applies to --env-id locomotion only"),
     (["--env-id", "CartPole-v1", "--eval-every", "0"], "--eval-every applies to --env-id locomotion only"),
@@ -714,11 +716,11 @@ def test_a_checkpoint_of_an_older_version_is_still_this_scripts(ewma, tmp_path):
     meta = {"num_leaves": 0, "iteration": 1, "global_step": 32, "args": {**structural, **dropped}}
     np.savez(tmp_path / "old.npz", meta=np.array(json.dumps(meta)))
     flags = dict(env_id="CartPole-v1", num_envs=4, num_steps=8, num_minibatches=2, total_timesteps=128)
-    assert ewma.resolve_args(ewma.Args(**flags, resume=str(tmp_path / "old.npz"))).resume == str(tmp_path / "old.npz")
+    assert ewma.resolve_args(ewma.RunArgs(**flags, resume=str(tmp_path / "old.npz"))).resume == str(tmp_path / "old.npz")
     meta["args"]["a_flag_of_no_script_here"] = 1
     np.savez(tmp_path / "other.npz", meta=np.array(json.dumps(meta)))
     with pytest.raises(ewma.BadFlag, match="is a checkpoint of another script"):
-        ewma.resolve_args(ewma.Args(**flags, resume=str(tmp_path / "other.npz")))
+        ewma.resolve_args(ewma.RunArgs(**flags, resume=str(tmp_path / "other.npz")))
 
 
 def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(ewma, tmp_path):
@@ -744,7 +746,6 @@ SMALL_CARTPOLE = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "
 LONG_CARTPOLE = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 2000)]
 
 
-@pytest.mark.parametrize("script", ["ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl"])
 @pytest.mark.parametrize("signals, aborts_at, status", [
     ([signal.SIGUSR1, signal.SIGTERM], None, 75),  # Slurm's pre-timeout signal, then its SIGTERM: stop at the boundary
     ([signal.SIGINT], None, 130),
@@ -753,10 +754,10 @@ LONG_CARTPOLE = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 2000)]
     ([signal.SIGTERM, signal.SIGINT, signal.SIGINT], 2, 130),  # a second Ctrl-C aborts whatever came first
     ([signal.SIGUSR1, signal.SIGINT, signal.SIGUSR1, signal.SIGINT], 3, 130),
 ])
-def test_the_stop_handler_of_the_jax_scripts_while_training(script, signals, aborts_at, status):
-    """Each script's Stop as its handler sees the signals once training runs: which one aborts (raises), and the exit
-    status; before training any signal raises (nothing to save)."""
-    module = load_script(script)
+def test_the_stop_handler_of_the_jax_scripts_while_training(ewma, signals, aborts_at, status):
+    """The JAX scripts' Stop (their appendix's, one text in each) as its handler sees the signals once training runs:
+    which one aborts (raises), and the exit status; before training any signal raises (nothing to save)."""
+    module = ewma
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
     try:
         stop = module.Stop()

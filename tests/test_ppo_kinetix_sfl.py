@@ -1,11 +1,6 @@
 """ppo_kinetix_sfl.py: learnability, top-K selection and the rho mix on hand-made numbers, the top K over 4
 devices, the per-env minibatches, Kinetix's filtered level sampler, Table 3 presets and bad input. Real runs are
 in test_ppo_kinetix_sfl_runs.py."""
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,7 +48,7 @@ def test_random_levels_come_from_kinetix_filtered_sampler_with_its_ppo_base_conf
     from kinetix.environment.ued.ued import make_reset_fn_sample_kinetix_level
     from kinetix.environment.utils import static_env_params_from_size
 
-    args = sfl.resolve_args(sfl.Args(env_size="s", model="mlp", num_envs=8, sfl_num_candidates=8, sfl_buffer_size=4,
+    args = sfl.resolve_args(sfl.RunArgs(env_size="s", model="mlp", num_envs=8, sfl_num_candidates=8, sfl_buffer_size=4,
                                      level_filter_pool=4), num_devices=1)
     sample_levels = sfl.make_env(args).sample_levels
     ours = at_fast_compile(lambda key: sample_levels(key, 4), jax.random.PRNGKey(7))
@@ -204,13 +199,13 @@ def test_ewma_and_loss_are_the_same_as_ppo_ewma_jax(sfl):
 ])
 def test_presets_are_table_3(sfl, preset, expected):
     """(Resolved over 64 devices: on one, the largest presets' batches are refused as more than this machine's memory.)"""
-    args = sfl.resolve_args(sfl.Args(sfl_preset=preset), num_devices=64)
+    args = sfl.resolve_args(sfl.RunArgs(sfl_preset=preset), num_devices=64)
     assert (args.num_envs, args.sfl_num_candidates, args.sfl_update_period, args.sfl_buffer_size) == expected
     assert (args.sfl_rollout_length, args.sfl_sample_ratio, args.learning_rate, args.num_minibatches) == (512, 0.5, 5e-5, 32)
 
 
 def test_explicit_flags_override_the_preset(sfl):
-    args = sfl.resolve_args(sfl.Args(sfl_preset="65536", num_envs=4096, sfl_buffer_size=100), num_devices=1)
+    args = sfl.resolve_args(sfl.RunArgs(sfl_preset="65536", num_envs=4096, sfl_buffer_size=100), num_devices=1)
     assert (args.num_envs, args.sfl_num_candidates, args.sfl_update_period, args.sfl_buffer_size) == (4096, 262144, 32, 100)
 
 
@@ -247,9 +242,10 @@ def test_explicit_flags_override_the_preset(sfl):
       "--num-envs", "0"], "--num-envs must be positive (got 0)", None),
 ])
 def test_bad_input_is_refused(sfl, tmp_path, argv, flag, env):
-    """The rules resolve_args checks, in this process (over the devices the run would have); --distributed's, checked
-    as the process starts, and one other, as a subprocess: exit 2, one line, nothing written."""
-    if "--distributed" in argv or argv == ["--model", "cnn"]:
+    """The rules resolve_args checks, in this process (over the devices the run would have); those of --distributed that
+    only a starting process can check (jax.distributed.initialize's, and every other rule before it waits for the
+    others), as a subprocess: exit 2, one line, nothing written."""
+    if argv == ["--distributed"] or "--coordinator-address" in argv:
         return assert_bad_input(run_copy(SCRIPT, argv, tmp_path, timeout=120, extra_env=env), tmp_path, flag)
     assert_refused(sfl, argv, flag, num_devices=4 if env == FOUR_DEVICES else 1)
 
@@ -263,7 +259,7 @@ def test_a_batch_that_cannot_fit_in_memory_is_refused_with_its_size(sfl):
 
 @pytest.mark.parametrize("model", ["mlp", "transformer"])
 def test_the_observation_sizes_the_memory_check_uses_are_kinetix_own(sfl, model):
-    args = sfl.resolve_args(sfl.Args(env_size="s", model=model, num_envs=8, sfl_num_candidates=16, sfl_buffer_size=4),
+    args = sfl.resolve_args(sfl.RunArgs(env_size="s", model=model, num_envs=8, sfl_num_candidates=16, sfl_buffer_size=4),
                             num_devices=1)
     obs = sfl.make_env(args).example_obs
     assert sfl.OBS_BYTES["s", model] == sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(obs))
@@ -273,16 +269,16 @@ def test_before_jax_distributed_a_batch_that_only_fits_on_several_devices_passes
     """Checked before jax.distributed.initialize (num_devices 0: the count is unknown), 2^31 transitions are not refused:
     over two devices each holds 2^30; the check after it, with the count, decides."""
     args = dict(num_envs=2**20, num_steps=2048, sfl_num_candidates=2**20, sfl_buffer_size=4, env_size="s", model="mlp")
-    sfl.resolve_args(sfl.Args(**args), num_devices=0)
+    sfl.resolve_args(sfl.RunArgs(**args), num_devices=0)
     with pytest.raises(sfl.BadFlag, match="--num-envs x --num-steps per device must be below 2"):
-        sfl.resolve_args(sfl.Args(**args), num_devices=1)
+        sfl.resolve_args(sfl.RunArgs(**args), num_devices=1)
 
 
 @pytest.mark.parametrize("num_envs, devices, pool", [(2048, 1, 512), (16, 1, 8), (24, 1, 12), (48, 4, 6), (4096, 2, 512)])
 def test_the_default_level_filter_pool_divides_every_valid_num_envs(sfl, num_envs, devices, pool):
     """Kinetix's 512 where it divides each device's fresh levels (rho = 0.5: half its envs) and envs, else the largest
     pool that does: a valid --num-envs needs no --level-filter-pool."""
-    args = sfl.resolve_args(sfl.Args(num_envs=num_envs, sfl_num_candidates=num_envs, sfl_buffer_size=4, num_steps=16,
+    args = sfl.resolve_args(sfl.RunArgs(num_envs=num_envs, sfl_num_candidates=num_envs, sfl_buffer_size=4, num_steps=16,
                                      num_minibatches=2), num_devices=devices)
     assert args.level_filter_pool == pool
 
@@ -290,27 +286,7 @@ def test_the_default_level_filter_pool_divides_every_valid_num_envs(sfl, num_env
 @pytest.mark.parametrize("flags, bound", [({}, 0.0), ({"ewma_com": 4.0}, 100.0), ({"imp_samp_max": 10.0}, 10.0)])
 def test_the_ratio_is_bounded_by_default_only_in_ppo_ewma(sfl, flags, bound):
     """openai/ppo-ewma's 100 with --ewma-com; PPO mode unbounded by default, as Kinetix's own PPO."""
-    assert sfl.resolve_args(sfl.Args(**flags), num_devices=1).imp_samp_max == bound
-
-
-@pytest.mark.parametrize("flags, env, cached", [([], {}, True), (["--no-compile-cache"], {}, False),
-                                                ([], {"JAX_ENABLE_COMPILATION_CACHE": "false"}, False),
-                                                (["--distributed"], {}, True)])
-def test_the_compile_cache_is_on_unless_turned_off(tmp_path, flags, env, cached):
-    """use_compile_cache, as __main__ calls it before anything compiles: JAX's persistent cache in
-    $JAX_COMPILATION_CACHE_DIR, off with --no-compile-cache or JAX_ENABLE_COMPILATION_CACHE=false, on with
-    --distributed too (every process waits at a barrier before a program's first collective: the two-process run in
-    test_ppo_kinetix_sfl_runs.py); the program the first update compiles is then kept: SFL's minutes before it, once
-    per shapes."""
-    code = ("import sys, jax; from helpers import load_script; m = load_script('ppo_kinetix_sfl'); "
-            f"m.use_compile_cache(m.Args(**{{'--no-compile-cache': {{'compile_cache': False}}, '--distributed': "
-            f"{{'distributed': True}}}}.get(({flags!r} or [''])[0], {{}}))); "
-            "print(jax.config.jax_enable_compilation_cache, jax.config.jax_compilation_cache_dir)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            cwd=Path(__file__).parent, env={**os.environ, "JAX_COMPILATION_CACHE_DIR": str(tmp_path), **env})
-    assert result.returncode == 0, result.stderr[-3000:]
-    enabled, directory = result.stdout.split()
-    assert enabled == str(cached) and (directory == str(tmp_path) or not cached)
+    assert sfl.resolve_args(sfl.RunArgs(**flags), num_devices=1).imp_samp_max == bound
 
 
 def test_a_grid_over_lr_epsilon_com_or_budget_shares_one_program_and_traces_kinetix_once(sfl):
@@ -332,7 +308,7 @@ def test_a_grid_over_lr_epsilon_com_or_budget_shares_one_program_and_traces_kine
         return traced
 
     def lowered(**flags):
-        args = sfl.resolve_args(sfl.Args(env_size="s", model="mlp", num_envs=8, num_steps=4, num_minibatches=2,
+        args = sfl.resolve_args(sfl.RunArgs(env_size="s", model="mlp", num_envs=8, num_steps=4, num_minibatches=2,
                                           update_epochs=1, sfl_num_candidates=16, sfl_buffer_size=4, sfl_rollout_length=4,
                                           level_filter_pool=4, **{"total_timesteps": 32 * 10, **base, **flags}), num_devices=1)
         init, update, sfl_update, evaluate, _ = sfl.make_train(args, env)
@@ -344,7 +320,7 @@ def test_a_grid_over_lr_epsilon_com_or_budget_shares_one_program_and_traces_kine
     from jax.sharding import Mesh
 
     base = dict(ewma_com=100.0, anneal_lr=True)
-    env = sfl.make_env(sfl.resolve_args(sfl.Args(env_size="s", model="mlp", num_envs=8, sfl_num_candidates=8,
+    env = sfl.make_env(sfl.resolve_args(sfl.RunArgs(env_size="s", model="mlp", num_envs=8, sfl_num_candidates=8,
                                                  sfl_buffer_size=4, level_filter_pool=4), num_devices=1))
     env = env._replace(step=counted("step", env.step), sample_levels=counted("sample_levels", env.sample_levels))
     program = lowered()
@@ -358,7 +334,7 @@ def test_a_grid_over_lr_epsilon_com_or_budget_shares_one_program_and_traces_kine
 @pytest.mark.parametrize("anneal", [True, False])
 def test_learning_rate_schedule_is_optax_linear_schedule(sfl, anneal):
     def args_and_schedule(lr):
-        args = sfl.resolve_args(sfl.Args(env_size="s", model="mlp", num_envs=8, num_steps=4, num_minibatches=2,
+        args = sfl.resolve_args(sfl.RunArgs(env_size="s", model="mlp", num_envs=8, num_steps=4, num_minibatches=2,
                                          update_epochs=2, sfl_num_candidates=16, sfl_buffer_size=4, level_filter_pool=4,
                                          total_timesteps=32 * 7, learning_rate=lr, anneal_lr=anneal), num_devices=1)
         return args, sfl.make_train(args, sfl.Env(*[None] * 4, (1,), 1, None))[4]  # the schedule reads no env
@@ -371,7 +347,7 @@ def test_the_example_observation_is_a_sampled_levels(sfl, model):
     """make_env takes the observation's shapes from Kinetix's empty level (no traced sampler): those of a sampled one."""
     import jax
 
-    env = sfl.make_env(sfl.resolve_args(sfl.Args(env_size="s", model=model, num_envs=8, sfl_num_candidates=8,
+    env = sfl.make_env(sfl.resolve_args(sfl.RunArgs(env_size="s", model=model, num_envs=8, sfl_num_candidates=8,
                                                  sfl_buffer_size=4, filter_levels=False), num_devices=1))
     key = jax.random.PRNGKey(0)
     sampled = jax.eval_shape(lambda: env.reset(key, jax.tree.map(lambda x: x[0], env.sample_levels(key, 1)))[0])
@@ -386,7 +362,7 @@ def test_the_actors_update_norm_covers_what_the_policy_depends_on(sfl, model, nu
     from flax.traverse_util import flatten_dict
     from kinetix.environment.utils import create_empty_env, static_env_params_from_size
 
-    args = sfl.resolve_args(sfl.Args(env_size="s", model=model, num_layers=num_layers, num_envs=8, sfl_num_candidates=8,
+    args = sfl.resolve_args(sfl.RunArgs(env_size="s", model=model, num_layers=num_layers, num_envs=8, sfl_num_candidates=8,
                                      sfl_buffer_size=4, filter_levels=False), num_devices=1)
     env = sfl.make_env(args)
     obs = jax.tree.map(lambda x: x[None], env.reset(jax.random.PRNGKey(0), create_empty_env(static_env_params_from_size("s")))[0])
