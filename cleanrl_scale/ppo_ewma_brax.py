@@ -134,9 +134,7 @@ class Args:
     with the numbers it would have alone"""
 
 
-# ---------------------------------------------------------------------------------------------
-# Flag rules (the generic ones, and RunArgs' run flags: in the appendix); what a checkpoint holds
-# ---------------------------------------------------------------------------------------------
+# ---- Flag rules (the generic ones, and RunArgs' run flags: in the appendix); what a checkpoint holds
 BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 ITERATION = "iteration"  # what the logs call one rollout and update
@@ -168,10 +166,6 @@ def brax_env_ids():
 
 def check_args(args, num_devices=None):
     """The rules FLAG_RULES cannot say, and the computed fields (the appendix's resolve_args calls it)."""
-    if not 0 <= args.seed <= 2**31 - args.num_seeds:  # the seeds are int32 inside the program
-        raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
-    if args.track and args.num_seeds > 1:
-        raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
     if args.env_id not in brax_env_ids():
         raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
     import mujoco  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
@@ -208,9 +202,7 @@ def call_ends(args):
     return ()
 
 
-# ---------------------------------------------------------------------------------------------
-# Environment: Brax, wrapped as PureJaxRL's ppo_continuous_action.py wraps it, vmapped over the envs
-# ---------------------------------------------------------------------------------------------
+# ---- Environment: Brax, wrapped as PureJaxRL's ppo_continuous_action.py wraps it, vmapped over the envs
 BRAX_EPISODE_LENGTH = 1000  # Brax's EpisodeWrapper length, as PureJaxRL's BraxGymnaxWrapper and Brax's own PPO use
 
 
@@ -293,9 +285,7 @@ def make_env(args):
     return EnvFns(reset, step, env.observation_size, env.action_size)
 
 
-# ---------------------------------------------------------------------------------------------
-# Network: MLPs and PureJaxRL's Gaussian policy
-# ---------------------------------------------------------------------------------------------
+# ---- Network: MLPs and PureJaxRL's Gaussian policy
 class MLP(nn.Module):
     hidden_size: int
     num_layers: int
@@ -354,9 +344,7 @@ def kl_divergence(dist_p, dist_q):
     return (log_std_q - log_std_p + spread - 0.5).sum(-1)
 
 
-# ---------------------------------------------------------------------------------------------
-# PPO-EWMA (stagnation §2.2, eq. 4; Hilton et al., 2022)
-# ---------------------------------------------------------------------------------------------
+# ---- PPO-EWMA (stagnation §2.2, eq. 4; Hilton et al., 2022)
 def ewma_beta(com):
     """Decay of an EWMA whose centre of mass is `com` steps: COM = 1 / (1 - beta) - 1."""
     return com / (com + 1.0)
@@ -419,10 +407,7 @@ def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda, unroll=1)
     return advantages, advantages + values
 
 
-# ---------------------------------------------------------------------------------------------
-# Learning-dynamics metrics, data-collection paper App. B (B.1-B.6); the same definitions as
-# the torch scripts' (ppo_atari_envpool.py), in float32 inside the jitted update
-# ---------------------------------------------------------------------------------------------
+# ---- Learning-dynamics metrics, data-collection paper App. B (B.1-B.6), as the torch scripts define them (float32)
 def feature_rank(features, threshold=0.99):
     """B.1: smallest k whose top-k singular values of the centred features keep `threshold` of the variance. The
     squared singular values are the eigenvalues of the centred features' Gram matrix (units x units): one eigvalsh
@@ -469,9 +454,7 @@ def policy_variance(dist):
     return dist[..., 0, :].var(axis=0).mean()
 
 
-# ---------------------------------------------------------------------------------------------
-# Training, PureJaxRL style: one jitted `update` = rollout + GAE + epochs x minibatches
-# ---------------------------------------------------------------------------------------------
+# ---- Training, PureJaxRL style: one jitted `update` = rollout + GAE + epochs x minibatches
 class Transition(NamedTuple):
     obs: jnp.ndarray
     action: jnp.ndarray
@@ -695,6 +678,21 @@ def logged_metrics(args, metrics):
     return metrics
 
 
+def describe(args, seeds, start_iteration):
+    """The run in a line (two with PPO-EWMA: its COM against PPO's own lag)."""
+    mode = "PPO" if args.ewma_com is None else f"PPO-EWMA (COM {args.ewma_com:g}, beta {ewma_beta(args.ewma_com):.4f})"
+    print(f"{mode}: batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
+          f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} (recipe "
+          f"{args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
+          + (f"; seeds {seeds[0]}..{seeds[-1]} in one program" if args.num_seeds > 1 else "")
+          + (f"; resuming {args.resume} after iteration {start_iteration}" if args.resume else ""))
+    if args.ewma_com is not None:
+        steps = args.update_epochs * args.num_minibatches
+        print(f"PPO-EWMA: COM {args.ewma_com:g}; PPO's proximal policy lags (steps - 1) / 2 = {(steps - 1) / 2:g} of the "
+              f"{steps} minibatch steps of an iteration on average (COM / lag = {args.ewma_com / max((steps - 1) / 2, 0.5):.2g}); "
+              "far below it, watch losses/approx_kl and losses/entropy")
+
+
 def train(args, run):
     """PureJaxRL's train(rng), one call at a time: each seed's state, then for each call its iterations, logged."""
     env = make_env(args)
@@ -713,17 +711,7 @@ def train(args, run):
     (train_call,) = run.compile(lambda: train_call.lower(shape, slots, slots, hyper).compile())
     stamp = int(time.time())
     run.start([f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds], schedule)
-    mode = "PPO" if args.ewma_com is None else f"PPO-EWMA (COM {args.ewma_com:g}, beta {ewma_beta(args.ewma_com):.4f})"
-    print(f"{mode}: batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
-          f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} (recipe "
-          f"{args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
-          + (f"; seeds {seeds[0]}..{seeds[-1]} in one program" if args.num_seeds > 1 else "")
-          + (f"; resuming {args.resume} after iteration {run.start_iteration}" if args.resume else ""))
-    if args.ewma_com is not None:
-        steps = args.update_epochs * args.num_minibatches
-        print(f"PPO-EWMA: COM {args.ewma_com:g}; PPO's proximal policy lags (steps - 1) / 2 = {(steps - 1) / 2:g} of the "
-              f"{steps} minibatch steps of an iteration on average (COM / lag = {args.ewma_com / max((steps - 1) / 2, 0.5):.2g}); "
-              "far below it, watch losses/approx_kl and losses/entropy")
+    describe(args, seeds, run.start_iteration)
     if args.resume is None:
         runner = start(k_init)
     (train_call,) = run.begin(train_call)
@@ -879,6 +867,12 @@ def resolve_args(args, num_devices=None):
         if getattr(args, name) and name not in UNUSED_RUN_FLAGS:
             raise BadFlag(f"{flag(name)} is computed from the other flags: do not set it (got {getattr(args, name)})")
     check_run_flags(args)
+    runs = num_runs(args)
+    if not 0 <= args.seed <= 2**31 - runs:  # the seeds are int32 inside the programs
+        span = f"[0, 2**31 - --num-seeds] = [0, {2**31 - runs}]" if hasattr(args, "num_seeds") else "[0, 2**31)"
+        raise BadFlag(f"--seed must lie in {span} (got {args.seed})")
+    if args.track and runs > 1:
+        raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
     for name, value in vars(args).items():  # inf and nan break every rule below without failing a comparison
         if isinstance(value, float) and not math.isfinite(value):
             raise BadFlag(f"{flag(name)} must be a finite number (got {value})")

@@ -152,9 +152,7 @@ class Args:
     """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
 
 
-# ---------------------------------------------------------------------------------------------
-# Flag rules (the generic ones, and RunArgs' run flags: in the appendix); what a checkpoint holds
-# ---------------------------------------------------------------------------------------------
+# ---- Flag rules (the generic ones, and RunArgs' run flags: in the appendix); what a checkpoint holds
 ITERATION = "update"  # what the logs call one rollout and update
 FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold (the preset's: after it fills them)
     ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size",
@@ -188,8 +186,6 @@ def check_args(args, num_devices=None):
     devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize: checked as one
     device, where every divisibility rule that passes at some count passes, and without the per-device size rules, which
     one device would break first)."""
-    if not 0 <= args.seed < 2**31:  # the seed is an int32 inside the programs
-        raise BadFlag(f"--seed must lie in [0, 2**31) (got {args.seed})")
     for name, value in SFL_PRESETS[args.sfl_preset].items():  # --num-envs and the SFL sizes not given: Table 3's
         if getattr(args, name) is None:
             setattr(args, name, value)
@@ -238,9 +234,7 @@ def call_ends(args):
     return args.eval_every, args.sfl_update_period
 
 
-# ---------------------------------------------------------------------------------------------
-# Kinetix
-# ---------------------------------------------------------------------------------------------
+# ---- Kinetix
 class Env(NamedTuple):
     sample_levels: callable  # (rng, n) -> n random levels (Kinetix's filtered sampler, or plain draws)
     reset: callable  # (key, level) -> obs, state
@@ -296,9 +290,7 @@ def make_env(args):
     return Env(sample_levels, reset, step, example_obs, dims, int(env_params.max_timesteps), handmade)
 
 
-# ---------------------------------------------------------------------------------------------
-# Networks and the multi-categorical policy (one categorical per motor / thruster)
-# ---------------------------------------------------------------------------------------------
+# ---- Networks and the multi-categorical policy (one categorical per motor / thruster)
 class MLP(nn.Module):
     hidden_size: int
     num_layers: int
@@ -388,9 +380,7 @@ def kl_divergence(logp_p, logp_q):
     return (jnp.exp(logp_p) * (logp_p - logp_q)).sum((-2, -1))
 
 
-# ---------------------------------------------------------------------------------------------
-# PPO-EWMA (stagnation §2.2, eq. 4; App. E), as openai/ppo-ewma does it (as the Kinetix/gymnax PPO-EWMA script)
-# ---------------------------------------------------------------------------------------------
+# ---- PPO-EWMA (stagnation §2.2, eq. 4; App. E), as openai/ppo-ewma does it (as the Kinetix/gymnax PPO-EWMA script)
 def ewma_beta(com):
     """Decay of an EWMA whose centre of mass is `com` steps: COM = 1 / (1 - beta) - 1."""
     return com / (com + 1.0)
@@ -442,9 +432,7 @@ def compute_gae(rewards, values, dones, last_value, gamma, gae_lambda):
     return advantages, advantages + values
 
 
-# ---------------------------------------------------------------------------------------------
-# SFL (Rutherford et al., 2024): learnability, top-K buffer, the rho mix of a batch
-# ---------------------------------------------------------------------------------------------
+# ---- SFL (Rutherford et al., 2024): learnability, top-K buffer, the rho mix of a batch
 def learnability(successes, episodes):
     """p (1 - p) with p the success rate of a level's finished episodes (p = 0 when none finished)."""
     p = jnp.where(episodes > 0, successes / jnp.maximum(episodes, 1), 0.0)
@@ -539,9 +527,7 @@ def minibatch_ids(rng, global_ids, num_steps, num_minibatches):
     return jax.vmap(per_env, out_axes=1)(global_ids)
 
 
-# ---------------------------------------------------------------------------------------------
-# Training: the update (rollout, GAE, epochs of minibatches), SFL's buffer and the evaluation, per device
-# ---------------------------------------------------------------------------------------------
+# ---- Training: the update (rollout, GAE, epochs of minibatches), SFL's buffer and the evaluation, per device
 class Transition(NamedTuple):
     obs: jnp.ndarray
     action: jnp.ndarray
@@ -1052,6 +1038,12 @@ def resolve_args(args, num_devices=None):
         if getattr(args, name) and name not in UNUSED_RUN_FLAGS:
             raise BadFlag(f"{flag(name)} is computed from the other flags: do not set it (got {getattr(args, name)})")
     check_run_flags(args)
+    runs = num_runs(args)
+    if not 0 <= args.seed <= 2**31 - runs:  # the seeds are int32 inside the programs
+        span = f"[0, 2**31 - --num-seeds] = [0, {2**31 - runs}]" if hasattr(args, "num_seeds") else "[0, 2**31)"
+        raise BadFlag(f"--seed must lie in {span} (got {args.seed})")
+    if args.track and runs > 1:
+        raise BadFlag("--track logs one wandb run a process: use --num-seeds 1 with it (or `wandb sync` the runs after)")
     for name, value in vars(args).items():  # inf and nan break every rule below without failing a comparison
         if isinstance(value, float) and not math.isfinite(value):
             raise BadFlag(f"{flag(name)} must be a finite number (got {value})")
