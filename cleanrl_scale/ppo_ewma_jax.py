@@ -726,9 +726,10 @@ import threading
 import traceback
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict
+from dataclasses import asdict, field, fields, make_dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import Annotated
 
 import tyro
 from jax.experimental import multihost_utils
@@ -801,6 +802,14 @@ class RunArgs(Args):
     """the batch size (computed in runtime: setting it is refused)"""
     num_iterations: int = 0
     """the number of iterations (computed in runtime: setting it is refused)"""
+
+
+def command_line():
+    """RunArgs as the command line reads it: the run flags this script does not use (UNUSED_RUN_FLAGS) are none of its
+    flags (--help lists the others, the algorithm's first)."""
+    unused = [(f.name, Annotated[f.type, tyro.conf.Suppress], field(default=f.default)) for f in fields(RunArgs)
+              if f.name in UNUSED_RUN_FLAGS]
+    return make_dataclass("RunArgs", unused, bases=(RunArgs,)) if unused else RunArgs
 
 
 class BadFlag(ValueError):
@@ -1345,7 +1354,7 @@ def use_compile_cache(args):
 
 
 if __name__ == "__main__":
-    args = tyro.cli(RunArgs)
+    args = tyro.cli(command_line())
     use_compile_cache(args)
     stop = Stop()
     try:
