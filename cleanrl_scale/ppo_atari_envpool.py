@@ -459,20 +459,8 @@ def main(args):
         optimizer.step()
         return grad_norm
 
-    if args.compile:  # LeanRL's arrangement: each compiled apart (the backward pass breaks the update's graph)
-        policy, gae = torch.compile(policy), torch.compile(gae, fullgraph=True)
-        minibatch_gradient, optimizer_step = torch.compile(minibatch_gradient), torch.compile(optimizer_step)
-    if args.cudagraphs:
-        from tensordict.nn import CudaGraphModule
-
-        policy, gae = CudaGraphModule(policy), CudaGraphModule(gae)
-        captured_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
-
-        # the captured update takes the minibatch alone, as LeanRL's does: given the whole rollout buffer, the graph
-        # would copy all of it into its static inputs at every call
-        every = torch.arange(args.minibatch_size, device=device)  # the gathered minibatch, whole (made once)
-        def minibatch_gradient(mb_inds, *batch):
-            return captured_gradient(every, *(b[mb_inds] for b in batch))
+    policy, gae, minibatch_gradient, optimizer_step = accelerate(args, device, policy, gae, minibatch_gradient,
+                                                                  optimizer_step)  # --compile, --cudagraphs
 
     run.begin()
     next_obs = torch.as_tensor(envs.reset()[0], device=device)
@@ -769,6 +757,26 @@ def changed_flags(args, state):
             if k not in RUN_FLAGS + NOT_LEARNING and state["args"].get(k, v) != v]
 
 
+def accelerate(args, device, forward, targets, minibatch_gradient, optimizer_step):
+    """--compile and --cudagraphs, LeanRL's arrangement: the rollout's forward pass, the targets (GAE), the minibatch
+    gradient and the optimiser step each compiled apart (the backward pass breaks the update's graph), then captured
+    as CUDA graphs; the captured update takes the minibatch alone (given the whole rollout buffer, the graph would
+    copy all of it into its static inputs at every call)."""
+    if args.compile:
+        forward, targets = torch.compile(forward), torch.compile(targets, fullgraph=True)
+        minibatch_gradient, optimizer_step = torch.compile(minibatch_gradient), torch.compile(optimizer_step)
+    if args.cudagraphs:
+        from tensordict.nn import CudaGraphModule
+
+        forward, targets = CudaGraphModule(forward), CudaGraphModule(targets)
+        captured_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
+        every = torch.arange(args.minibatch_size, device=device)  # the gathered minibatch, whole (made once)
+
+        def minibatch_gradient(mb_inds, *batch):
+            return captured_gradient(every, *(b[mb_inds] for b in batch))
+    return forward, targets, minibatch_gradient, optimizer_step
+
+
 class Run:
     """One run's plumbing: its name and directory, seeds and device, TensorBoard (and wandb), the progress bar,
     signals, checkpoints and resume. SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at
@@ -904,16 +912,8 @@ class Run:
             sys.exit(128 + signal.SIGINT if self.signals[0] == signal.SIGINT else REQUEUE)
 
     def save_states(self, records, **describe):
-        """Append coverage records to runs/<run>/coverage.bin (fixed-size records; their layout and `describe` in
-        coverage.json beside it)."""
-        header = os.path.join(self.dir, "coverage.json")
-        if not os.path.exists(header):
-            with open(header, "w") as f:
-                json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7", "dtype": [
-                    [name, records.dtype[name].base.str, list(records.dtype[name].shape)] for name in records.dtype.names],
-                    **describe}, f)
-        with open(os.path.join(self.dir, "coverage.bin"), "ab") as f:
-            f.write(records.tobytes())
+        """Coverage records of this iteration, appended to runs/<run>/coverage.bin."""
+        append_coverage(self.dir, records, **describe)
 
     def save_model(self, model):
         """--save-model: the trained `model`'s state dict beside the run's logs."""
@@ -925,6 +925,18 @@ class Run:
         """The end of a run that trained to its last iteration."""
         self.progress.close()
         self.writer.close()
+
+def append_coverage(run_dir, records, **describe):
+    """Append records to run_dir/coverage.bin (fixed-size records; their layout and `describe` in coverage.json)."""
+    header = os.path.join(run_dir, "coverage.json")
+    if not os.path.exists(header):
+        with open(header, "w") as f:
+            json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7", "dtype": [
+                [name, records.dtype[name].base.str, list(records.dtype[name].shape)] for name in records.dtype.names],
+                **describe}, f)
+    with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
+        f.write(records.tobytes())
+
 
 if __name__ == "__main__":
     args = tyro.cli(RunArgs)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tyro
 
-from helpers import load_script
+from helpers import cli_args, load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "benchmark" / "cuda_smoke.sh"
@@ -39,5 +39,5 @@ def test_without_a_gpu_it_stops_before_any_run(tmp_path):
 
 @pytest.mark.parametrize("name,script,argv", smoke_flags(), ids=[run[0] for run in smoke_flags()])
 def test_every_run_s_flags_parse_with_its_script(name, script, argv):
-    args = tyro.cli(load_script(script).Args, args=argv)  # a renamed or removed flag exits here (tyro: exit 2)
+    args = tyro.cli(cli_args(load_script(script)), args=argv)  # a renamed or removed flag exits here (tyro: exit 2)
     assert args.exp_name == "cuda_smoke"

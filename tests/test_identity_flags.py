@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from benchmark import configs, launch
-from benchmark.common import NON_IDENTITY, SCRIPTS, load_script
+from benchmark.common import NON_IDENTITY, SCRIPTS, cli_args, load_script
 
 NAMES = sorted(path.stem for path in SCRIPTS.glob("*.py"))
 NOT_LEARNING_SECTIONS = ("Speed", "Checkpoints")  # the first word of an Args heading
@@ -32,7 +32,7 @@ def script(name):
 
 
 def fields(name):
-    return {f.name for f in dataclasses.fields(script(name).Args)}
+    return {f.name for f in dataclasses.fields(cli_args(script(name)))}
 
 
 @functools.lru_cache(maxsize=None)
@@ -40,15 +40,16 @@ def headings(name):
     """{field of the script's Args: the `# ...` comment line above it (None before the first)}, from its source."""
     source = (SCRIPTS / f"{name}.py").read_text()
     lines = source.splitlines()
-    (args,) = [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name == "Args"]
-    found, heading, after = {}, None, args.lineno
-    for node in args.body:  # fields and their docstrings; comments only between them
-        for line in lines[after:node.lineno - 1]:
-            if line.strip().startswith("# "):
-                heading = line.strip()[2:]
-        if isinstance(node, ast.AnnAssign):
-            found[node.target.id] = heading
-        after = node.end_lineno
+    found = {}
+    for args in [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name in ("Args", "RunArgs")]:
+        heading, after = None, args.lineno  # Args (the algorithm's flags), then RunArgs (the run's, in the appendix)
+        for node in args.body:  # fields and their docstrings; comments only between them
+            for line in lines[after:node.lineno - 1]:
+                if line.strip().startswith("# "):
+                    heading = line.strip()[2:]
+            if isinstance(node, ast.AnnAssign):
+                found[node.target.id] = heading
+            after = node.end_lineno
     return found
 
 
@@ -108,11 +109,11 @@ def test_a_runs_hyperparameters_text_gives_back_its_flags(name):
     import tyro
 
     module, checks = script(name), {"num_devices": 1} if name == "ppo_kinetix_sfl" else {}
-    logged = tyro.cli(module.Args, args=RUN_FLAGS[name])
+    logged = tyro.cli(cli_args(module), args=RUN_FLAGS[name])
     module.resolve_args(logged, **checks)
     table = "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(logged).items())
     argv = advise.command_of_hyperparameters({"hyperparameters": [table]}, name)
-    again = tyro.cli(module.Args, args=argv)
+    again = tyro.cli(cli_args(module), args=argv)
     module.resolve_args(again, **checks)
     assert vars(again) == vars(logged), argv
     assert not {"--batch-size", "--num-iterations", "--fuse-iterations", "--unroll"} & set(argv)
