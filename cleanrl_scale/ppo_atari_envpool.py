@@ -18,6 +18,7 @@ Departures from CleanRL's: channels-last convolutions on the CPU, gradients accu
 --grad-accum-size states, losses/approx_kl is the exact KL of the whole batch after the update (CleanRL's estimate
 of the last minibatch is losses/approx_kl_last_minibatch).
 """
+import contextlib
 import json
 import math
 import os
@@ -847,6 +848,15 @@ class Run:
         self.start_time, self.start_step, self.logged = time.time(), self.global_step, 0
         self.progress = tqdm(total=self.args.num_iterations * self.args.batch_size, initial=self.global_step,
                              unit="step", unit_scale=True, dynamic_ncols=True)
+
+    @contextlib.contextmanager
+    def paused(self):
+        """A block whose time steps/s leaves out (an evaluation between iterations)."""
+        started = time.time()
+        try:
+            yield
+        finally:
+            self.start_time += time.time() - started
 
     def episode(self, global_step, episodic_return, length):
         """A finished episode (a game over, for Atari): logged, and counted in the progress bar's recent return."""

@@ -14,6 +14,7 @@ CleanRL uses RAdam (`--optimizer radam`). Runs survive preemption (the appendix 
 checkpoints, --resume (epsilon follows the global step), SIGTERM / SIGUSR1. Envpool's emulator state cannot be
 saved: a resumed run starts fresh episodes.
 """
+import contextlib
 import json
 import math
 import os
@@ -740,6 +741,15 @@ class Run:
         self.start_time, self.start_step, self.logged = time.time(), self.global_step, 0
         self.progress = tqdm(total=self.args.num_iterations * self.args.batch_size, initial=self.global_step,
                              unit="step", unit_scale=True, dynamic_ncols=True)
+
+    @contextlib.contextmanager
+    def paused(self):
+        """A block whose time steps/s leaves out (an evaluation between iterations)."""
+        started = time.time()
+        try:
+            yield
+        finally:
+            self.start_time += time.time() - started
 
     def episode(self, global_step, episodic_return, length):
         """A finished episode (a game over, for Atari): logged, and counted in the progress bar's recent return."""

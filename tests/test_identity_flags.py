@@ -1,7 +1,7 @@
 """The Args fields that cannot change what a run learns: one list, benchmark/common.py's NON_IDENTITY, which the launcher
 leaves out of a run's identity and the analysis out of its configs, held against what each script of cleanrl_scale/
-itself counts as not changing learning: its NOT_LEARNING (the torch scripts: the flags a --resume may change without
-reporting them) and the fields its Args groups under "# Speed" and "# Checkpoints"."""
+itself counts as not changing learning: its NOT_LEARNING and RUN_FLAGS (the torch scripts: the flags a --resume may change without
+reporting them) and the fields its Args and RunArgs group under "# Speed" and "# Checkpoints"."""
 import ast
 import dataclasses
 import functools
@@ -56,7 +56,7 @@ def headings(name):
 def not_learning(name):
     """The flags the script itself counts as not changing what a run learns."""
     sections = {f for f, heading in headings(name).items() if heading and heading.split()[0] in NOT_LEARNING_SECTIONS}
-    return set(getattr(script(name), "NOT_LEARNING", ())) | sections
+    return set(getattr(script(name), "NOT_LEARNING", ())) | set(getattr(script(name), "RUN_FLAGS", ())) | sections
 
 
 def test_the_launcher_and_the_analysis_use_the_one_list():
