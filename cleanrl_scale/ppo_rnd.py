@@ -132,7 +132,7 @@ RULES = {
     "must lie in [0, 1]": ("gamma", "int_gamma", "gae_lambda"),
 }
 STEP_BYTES = 4 * 84 * 84 + 128  # a step's 4 stacked 84 x 84 frames (uint8) and its numbers (under 128 bytes)
-CHECKPOINT_KEYS = ("agent", "rnd_model", "optimizer", "normalisers", "recent_returns")  # what Run.checkpoint is given below
+CHECKPOINT_KEYS = ("agent", "rnd_model", "optimizer", "normalisers", "recent_returns")  # what its checkpoints hold
 CHECKPOINT_MUST_MATCH = ("env_id", "num_envs")  # the storage, the reward filter, the episode counters
 NOT_LEARNING = ("eval_episodes",)  # flags that do not change what a run learns (besides the appendix's)
 
@@ -712,8 +712,10 @@ def main(args):
 # ==== appendix: the run's plumbing, one text in every torch script of cleanrl-scale (change it in all of them) ====
 # The flags of the run rather than of the algorithm, the flag rules every script shares, the scaling recipes' and the
 # coverage states' arithmetic, checkpoints and resume, signals, TensorBoard / wandb and the progress bar, exit
-# statuses. What differs between scripts is data on the page above: Args, RULES, check_args, STEP_BYTES,
-# CHECKPOINT_KEYS, CHECKPOINT_MUST_MATCH and NOT_LEARNING.
+# statuses. What differs between scripts is on the page above: RULES, check_args, STEP_BYTES, CHECKPOINT_KEYS,
+# CHECKPOINT_MUST_MATCH, NOT_LEARNING, main, and Args, whose fields this text reads: seed, env_id, num_envs, num_steps,
+# total_timesteps, learning_rate, num_minibatches, minibatch_size, the scaling recipe's, dynamics_every, dynamics_batch,
+# coverage_samples and coverage_every.
 REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
 RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
 
@@ -733,14 +735,14 @@ class RunArgs(Args):
     wandb_entity: Optional[str] = None
     """the entity (team) of wandb's project"""
     save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it"""
+    """whether to save the trained model into `runs/{run_name}` (the Atari scripts then evaluate it: --eval-episodes)"""
 
     # Speed
     torch_threads: int = 0
     """CPU threads for torch (0 = torch's default)"""
     compile: bool = False
-    """torch.compile the rollout's forward pass and the update, as LeanRL does (the first iteration compiles:
-    charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
+    """torch.compile the rollout's forward passes, the targets (GAE, Q(lambda)) and the minibatch update, as LeanRL does
+    (the first iteration compiles: charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
     cudagraphs: bool = False
     """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
 
@@ -946,7 +948,7 @@ class Run:
         self.resumed = load_checkpoint(args.resume) if args.resume else None
         changed = changed_flags(args, self.resumed) if self.resumed else []
         print(describe + (f"; resuming {args.resume} after iteration {self.resumed['iteration']} on fresh episodes "
-                          "(envpool's emulator state is not saved)" if self.resumed else "")
+                          "(an envpool env's state is not saved)" if self.resumed else "")
               + (f"; flags changed since the checkpoint: {', '.join(changed)}" if changed else ""))
         if args.track:
             import wandb
@@ -1081,6 +1083,7 @@ class Run:
 
     def save_model(self, model):
         """--save-model: the trained `model`'s state dict beside the run's logs."""
+        self.progress.close()
         path = f"{self.dir}/{self.args.exp_name}.pt"
         torch.save(model.state_dict(), path)
         print(f"model saved to {path}")
