@@ -1,4 +1,4 @@
-"""benchmark/cuda_smoke.sh: on a machine without a GPU it stops before any run, and its flags stay those the scripts take."""
+"""benchmark/speed/cuda_smoke.sh: on a machine without a GPU it stops before any run, and its flags stay those the scripts take."""
 import re
 import shlex
 import shutil
@@ -12,7 +12,7 @@ import tyro
 from helpers import cli_args, load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = ROOT / "benchmark" / "cuda_smoke.sh"
+SMOKE = ROOT / "benchmark" / "speed" / "cuda_smoke.sh"
 
 
 def smoke_flags():
