@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmark.analyze import DEFAULT_TAG  # noqa: E402
 from benchmark.common import SCRIPTS, read_tensorboard_run  # noqa: E402
 from benchmark.events import read_merged_scalars  # noqa: E402
+from benchmark.common import cli_args  # noqa: E402
 from benchmark.launch import CHECKPOINT, checkpoint_seeds, script_module  # noqa: E402
 
 STEP_TAGS = ("losses/approx_kl", "charts/update_norm_actor", "charts/update_norm")  # the first a run logs
@@ -447,7 +448,7 @@ def command_of_hyperparameters(texts, script):
     flags = parse_hyperparameters(texts)
     if not flags or not (SCRIPTS / f"{script}.py").exists():
         return None
-    defaults = vars(script_module(script).Args())
+    defaults = vars(cli_args(script_module(script))())
     recipe = flags.get("scaling_recipe", "none")
     skip = set(COMPUTED) | set(BY_DEVICE) | ({"num_minibatches", "minibatch_size"} if recipe != "none" else set())
     if recipe != "none" and isinstance(flags.get("learning_rate"), float):  # resolve_recipe's lr0 x factor, undone

@@ -36,6 +36,12 @@ def load_script(name):
     return module
 
 
+def cli_args(module):
+    """The dataclass a script's command line fills: its RunArgs (the algorithm's Args and the run's flags, from its
+    appendix), or Args for a script without an appendix."""
+    return getattr(module, "RunArgs", module.Args)
+
+
 def start_copy(name, args, workdir, capture=True, extra_env=None, source=None, python_flags=()):
     """Copy the script alone into `workdir` and start it there, as a user who copied it would (a Popen);
     `source`: another version of it to copy (e.g. an earlier revision); `python_flags` go before the script's name
@@ -91,7 +97,7 @@ def refusal(module, flags, **checks):
     `checks`: resolve_args's own keywords (ppo_kinetix_sfl's num_devices)."""
     import tyro
 
-    args = tyro.cli(module.Args, args=[str(flag) for flag in flags])
+    args = tyro.cli(cli_args(module), args=[str(flag) for flag in flags])
     try:
         module.resolve_args(args, **checks)
     except module.BadFlag as e:

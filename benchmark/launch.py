@@ -77,7 +77,7 @@ from filelock import FileLock, Timeout
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "cleanrl_scale"
 sys.path.insert(0, str(ROOT))
-from benchmark.common import NON_IDENTITY, load_script  # noqa: E402
+from benchmark.common import NON_IDENTITY, cli_args, load_script  # noqa: E402
 
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
 PACKABLE = ("ppo_ewma_jax", "ppo_ewma_brax")  # scripts whose --num-seeds trains seeds --seed.. in one process, a run each
@@ -132,7 +132,7 @@ def field_of(flag):
 
 def check_flags(script, flags):
     """Every grid flag names a field of the script's Args (`--no-x` for a switch x)."""
-    fields = {f.name: f for f in dataclasses.fields(script_module(script).Args)}
+    fields = {f.name: f for f in dataclasses.fields(cli_args(script_module(script)))}
     for flag in flags:
         name = field_of(flag)
         if name not in fields and not (name.startswith("no_") and name[3:] in fields):
@@ -144,7 +144,7 @@ def parse_args(script, argv):
     out = io.StringIO()
     try:
         with contextlib.redirect_stderr(out), contextlib.redirect_stdout(out):
-            return tyro.cli(script_module(script).Args, args=argv)
+            return tyro.cli(cli_args(script_module(script)), args=argv)
     except SystemExit:
         text = out.getvalue().split("Argument helptext")[0].split("For full helptext")[0]
         reason = " ".join(w for w in text.replace("│", " ").split() if set(w) - set("-─╭╮╰╯"))
@@ -192,7 +192,7 @@ def identity(script, resolved):
 @functools.lru_cache(maxsize=None)
 def default_fields(script, env_field, env_id):
     """The resolved fields of the script's defaults (with this env): what a run's readable name leaves out."""
-    args = script_module(script).Args()
+    args = cli_args(script_module(script))()
     if env_id is not None:
         setattr(args, env_field, env_id)
     resolved = resolved_copy(script, args, strict=False)
@@ -218,7 +218,7 @@ def readable(text):
 def expand(opts, grid):
     """Every run of the grid: a dict with its name, identity, env, seed, grid flags, argv and resolved Args."""
     check_flags(opts.script, list(grid) + [opts.env_flag] * bool(opts.env_ids))
-    fields = {f.name for f in dataclasses.fields(script_module(opts.script).Args)}
+    fields = {f.name for f in dataclasses.fields(cli_args(script_module(opts.script)))}
     owned = {"--seed": "--seeds"}  # grid flags the launcher sets itself
     if opts.env_ids:
         owned[opts.env_flag] = "--env-ids"
@@ -238,7 +238,7 @@ def expand(opts, grid):
         fail(f"--fixed-budget: {opts.script}.py has no --total-timesteps; use --iterations (its gradient steps)")
     switches = [f for f, values in grid.items() if not values]
     valued = {f: values for f, values in grid.items() if values}
-    switch_fields = {f.name for f in dataclasses.fields(script_module(opts.script).Args) if f.type in (bool, "bool")}
+    switch_fields = {f.name for f in dataclasses.fields(cli_args(script_module(opts.script))) if f.type in (bool, "bool")}
     runs, parsed = [], {}
     for values in itertools.product(*valued.values()):
         flags = dict(zip(valued, values))
@@ -797,7 +797,7 @@ def main(argv=None):
     if opts.slurm_nodes * opts.slurm_tasks_per_node > 1:
         if not opts.slurm:
             fail("--slurm-nodes/--slurm-tasks-per-node: a run of several processes is launched with --slurm")
-        if "distributed" not in {f.name for f in dataclasses.fields(script_module(opts.script).Args)}:
+        if "distributed" not in {f.name for f in dataclasses.fields(cli_args(script_module(opts.script)))}:
             fail(f"--slurm-nodes/--slurm-tasks-per-node: {opts.script}.py runs in one process (it has no --distributed)")
     opts.out_dir = os.path.abspath(opts.out_dir)
     opts.store = os.path.abspath(opts.store or os.path.join(opts.out_dir, "runs"))

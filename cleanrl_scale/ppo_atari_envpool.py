@@ -1,27 +1,29 @@
 """PPO on Atari (envpool), instrumented for the study of parallel data collection.
 
-Implements CleanRL's ppo_atari_envpool (Huang et al., 2022) with:
-- fixed-budget semantics: --total-timesteps counts environment steps, so varying --num-envs and
-  --num-steps keeps the data budget (data-collection paper, §4.2);
-- the scaling recipes of "Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel
-  Environments" (§5, App. D): from a base config, keep the minibatch size and add minibatches, or
-  grow the minibatch (optionally with a sqrt-scaled learning rate), or a hybrid of both;
-- the learning-dynamics metrics of "The Impact of On-Policy Parallelized Data Collection on Deep RL
-  Networks" (App. B): feature rank, dormant neurons, weight norm, gradient kurtosis, policy
-  variance and effective sample size, plus the Data-to-Divergence Ratio (stagnation §4.4); at the same
-  iterations a few states of the batch are saved for the coverage metric (App. B.7, benchmark/analyze.py --coverage);
+CleanRL's ppo_atari_envpool (Huang et al., 2022) with:
+- fixed-budget semantics: --total-timesteps counts environment steps, so varying --num-envs and --num-steps keeps
+  the data budget (data-collection paper, §4.2);
+- the scaling recipes of "Preventing Learning Stagnation in PPO by Scaling to 1 Million Parallel Environments" (§5,
+  App. D): keep the minibatch size and add minibatches, grow the minibatch (optionally with a sqrt-scaled learning
+  rate), or a hybrid of both;
+- the learning-dynamics metrics of "The Impact of On-Policy Parallelized Data Collection on Deep RL Networks"
+  (App. B): feature rank, dormant neurons, weight norm, gradient kurtosis, policy variance, effective sample size;
+  the Data-to-Divergence Ratio (stagnation §4.4) from the exact KL of the whole batch; at the same iterations a few
+  states of the batch saved for the coverage metric (App. B.7);
 - shared or separate CNN encoders for actor and critic (data-collection §5.2);
 - uint8 rollout storage, so that 1024 envs x 128 steps fit in a few GiB;
-- runs that survive preemption: --save-every / --resume checkpoints (network, Adam, every RNG, counters),
-  SIGTERM or SIGUSR1 (Slurm's pre-timeout signal) checkpoint at the end of the iteration and exit 75,
-  and a loss or parameter that is not finite stops the run with one line naming the last good checkpoint.
+- runs that survive preemption (the appendix at the end of the file): checkpoints, --resume, SIGTERM / SIGUSR1.
   Envpool's emulator state cannot be saved: a resumed run starts fresh episodes.
+Departures from CleanRL's: channels-last convolutions on the CPU, gradients accumulated over chunks of at most
+--grad-accum-size states, losses/approx_kl is the exact KL of the whole batch after the update (CleanRL's estimate
+of the last minibatch is losses/approx_kl_last_minibatch).
 """
+import contextlib
 import json
 import math
 import os
-import re
 import random
+import re
 import signal
 import sys
 import time
@@ -40,33 +42,13 @@ from torch.distributions.categorical import Categorical
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
     seed: int = 1
     """seed of the experiment"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, cuda will be enabled when available"""
-    torch_threads: int = 0
-    """CPU threads for torch (0 = torch's default)"""
-    compile: bool = False
-    """torch.compile the policy step, GAE and the minibatch update, as LeanRL does (the first iteration compiles:
-    charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
-    cudagraphs: bool = False
-    """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanrl-scale"
-    """the wandb's project name"""
-    wandb_entity: Optional[str] = None
-    """the entity (team) of wandb's project"""
-    save_model: bool = False
-    """whether to save the model into `runs/{run_name}` and evaluate it"""
     eval_episodes: int = 10
-    """number of full games the saved model is evaluated on"""
+    """number of full games the saved model (--save-model) is evaluated on"""
 
     # Algorithm specific arguments
     env_id: str = "Breakout-v5"
@@ -129,7 +111,7 @@ class Args:
     """a neuron is dormant when its normalised mean activation is <= tau (Sokar et al., 2023)"""
     coverage_samples: Optional[int] = None
     """states of the dynamics/ sample (the first of them) appended to runs/<run>/coverage.bin at the iterations
-    --coverage-every names, for the coverage metric (data-collection App. B.7; `benchmark/analyze.py --coverage`):
+    --coverage-every names, for the coverage metric (data-collection App. B.7):
     the newest frame averaged over 4x4 blocks (21x21 uint8) and the actor's penultimate features (float16), ~1.5 kB
     a state; unset: the whole sample (--dynamics-batch, at most the batch); 0 disables"""
     coverage_every: int = 0
@@ -138,52 +120,31 @@ class Args:
     kl_sample: int = 0
     """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
 
-    # Checkpoints
-    save_every: int = 0
-    """write runs/<run>/checkpoints/iter_<i>.pt every this many iterations and after the last (0: only when signalled)"""
-    keep_checkpoints: int = 3
-    """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
-    resume: Optional[str] = None
-    """a checkpoint to continue from (its env, --num-envs and encoders; fresh episodes, everything else exact)"""
-    reset_envs_at: int = 0
-    """restart every env on fresh episodes after this iteration, as a resumed run does (0: never; to check a resume)"""
 
-    # to be filled in runtime
-    batch_size: int = 0
-    """the batch size (computed in runtime: setting it is refused)"""
-    num_iterations: int = 0
-    """the number of iterations (computed in runtime: setting it is refused)"""
+# The flag rules of this script (the appendix adds the rules every script shares); check_args the ones a table can't say
+RULES = {
+    "must be positive": ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes",
+                         "learning_rate", "clip_coef", "max_grad_norm"),
+    "must be >= 0": ("minibatch_size", "dynamics_every", "dormant_tau", "grad_accum_size", "ent_coef", "vf_coef",
+                     "kl_sample"),
+    "must lie in [0, 1]": ("gamma", "gae_lambda"),
+}
+STEP_BYTES = 4 * 84 * 84 + 128  # a step's 4 stacked 84 x 84 frames (uint8) and its numbers (under 128 bytes)
+CHECKPOINT_KEYS = ("agent", "optimizer", "recent_returns")  # what its checkpoints hold
+CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "separate_encoders")  # the network, the storage and the episode counters
+NOT_LEARNING = ("eval_episodes",)  # flags that do not change what a run learns (besides the appendix's)
 
 
-RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
-
-
-def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
-    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
-    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
-    if base_num_envs <= 0 or base_num_minibatches <= 0:
-        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
-    if (base_num_envs * num_steps) % base_num_minibatches:
-        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
-    k = Fraction(num_envs, base_num_envs)
-    base_mb_size = base_num_envs * num_steps // base_num_minibatches
-    if recipe == "more-minibatches":
-        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
-    elif recipe == "bigger-minibatch":
-        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
-    elif recipe == "bigger-minibatch-sqrt-lr":
-        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
-    elif recipe == "hybrid":
-        if b <= 0:
-            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
-        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
-    else:
-        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
-    mb_size = size_factor * base_mb_size
-    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
-        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
-                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
-    return int(minibatches), int(mb_size), lr0 * lr_factor
+def check_args(args):
+    if args.target_kl is not None and not args.target_kl > 0:
+        raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
+    if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
+        raise BadFlag(f"--env-id must be an envpool Atari id such as Breakout-v5 (got {args.env_id!r})")
+    resolve_minibatches(args, default=4)
+    if args.kl_sample > args.batch_size:
+        raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
+    if args.norm_adv and args.minibatch_size < 2:
+        raise BadFlag(f"--minibatch-size must be at least 2 with --norm-adv (the std of one advantage is undefined; got {args.minibatch_size})")
 
 
 # Environment: envpool Atari, CleanRL's settings
@@ -388,43 +349,61 @@ def evaluate(agent, env_id, eval_episodes, seed, device):
     return scores
 
 
+# Coverage (data-collection App. B.7): states of the dynamics/ sample, saved for a projection after the run
+def coverage_dtype(feature_dim):
+    """One saved state: when, the newest 84x84 frame averaged over 4x4 blocks, and the penultimate features."""
+    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
+                     ("features", "<f2", (feature_dim,))])
+
+
+@torch.no_grad()
+def coverage_records(agent, obs, iteration, global_step):
+    """The records of states `obs` (uint8, N x 4 x 84 x 84) for runs/<run>/coverage.bin."""
+    thumbnails = obs[:, -1].float().reshape(len(obs), 21, 4, 21, 4).mean((2, 4)).round().to(torch.uint8)
+    features = hidden_activations(agent.network, agent.preprocess(obs))[-1]
+    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
+    records["iteration"], records["global_step"] = iteration, global_step
+    records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
+    return records
+
+
+@torch.inference_mode()
+def batch_kl(agent, b_obs, b_behaviour_logits, kl_sample, chunk):
+    """KL(behaviour || updated policy) after the update, exact for a categorical, averaged over the whole batch or a
+    random --kl-sample of it: the KL of the Data-to-Divergence Ratio (stagnation §4.4), a tensor read later."""
+    batch_size, device = len(b_behaviour_logits), b_behaviour_logits.device
+    kl_inds = torch.randperm(batch_size, device=device)[:kl_sample] if kl_sample else None
+    kl_sum = torch.zeros((), device=device)
+    for start in range(0, kl_sample or batch_size, chunk):
+        inds = kl_inds[start : start + chunk] if kl_inds is not None else slice(start, start + chunk)
+        old_logp = torch.log_softmax(b_behaviour_logits[inds], dim=-1)
+        kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(agent.get_logits(b_obs[inds]), dim=-1))).sum()
+    return kl_sum / (kl_sample or batch_size)
+
+
+@torch.inference_mode()
+def iteration_statistics(agent, before, mb_stats, kl, clipfrac, grad_norm, b_returns, b_values):
+    """What an iteration logs, in one read from the device: the last minibatch's losses and KL (as CleanRL logs them),
+    the batch KL, clip fraction and gradient norm over the minibatch steps, the explained variance, how far the
+    update moved the parameters (all; the policy's: encoder and actor head; stagnation §3), and whether all is finite."""
+    var_y = b_returns.var(unbiased=False)
+    explained_var = torch.where(var_y > 0, 1 - (b_returns - b_values).var(unbiased=False) / var_y, torch.nan)
+    finite = (torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all()
+              & torch.isfinite(mb_stats).all() & torch.isfinite(kl))
+    moved = {name: torch.linalg.vector_norm(p - before[name]) for name, p in agent.named_parameters()}
+    moved_policy = [norm for name, norm in moved.items() if name.startswith(("network.", "actor."))]
+    read = torch.cat([mb_stats[:4], torch.stack([kl, clipfrac, grad_norm, explained_var, torch.stack(list(moved.values())).norm(),
+                      torch.stack(moved_policy).norm(), finite.float()])]).tolist()  # the one sync
+    return dict(zip(("losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl_last_minibatch",
+                     "losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",
+                     "charts/update_norm", "charts/update_norm_actor", "finite"), read))
+
+
 def main(args):
-    signalled = []  # SIGTERM / SIGUSR1 (Slurm's pre-timeout signal), a first Ctrl-C: checkpoint at the end of this
-    # iteration, exit 75 (Ctrl-C: 130); a second Ctrl-C aborts at once
-
-    def on_signal(signum, frame):
-        if signum == signal.SIGINT and signal.SIGINT in signalled:
-            raise KeyboardInterrupt
-        signalled.append(signum)
-
-    for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
-        signal.signal(signum, on_signal)
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    checkpoint = load_checkpoint(args.resume) if args.resume else None
-    print(
-        f"batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} iterations, "
-        f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
-        f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs"
-        + (f"; resuming {args.resume} after iteration {checkpoint['iteration']} on fresh episodes "
-           "(envpool's emulator state is not saved)" if checkpoint else "")
-        + (f"; flags changed since the checkpoint: {', '.join(changed_flags(args, checkpoint))}"
-           if checkpoint and changed_flags(args, checkpoint) else ""))
-    if args.track:
-        import wandb
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=vars(args),
-                   name=run_name, save_code=True)
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in
-                                                                               vars(args).items()])))
-
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    if args.torch_threads:
-        torch.set_num_threads(args.torch_threads)
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
+    run = Run(args, f"batch {args.batch_size} = {args.num_envs} envs x {args.num_steps} steps, {args.num_iterations} "
+                    f"iterations, {args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} "
+                    f"(recipe {args.scaling_recipe}), {args.update_epochs} epochs")
+    device = run.device
     envs = make_env(args.env_id, args.num_envs, args.seed)
     num_actions = envs.action_space.n
     agent = Agent(num_actions, args.separate_encoders).to(device)
@@ -448,23 +427,8 @@ def main(args):
     logprobs, rewards, dones, values = (torch.zeros((args.num_steps, args.num_envs), device=device) for _ in range(4))
     behaviour_logits = torch.zeros((args.num_steps, args.num_envs, num_actions), device=device)
     episode_returns = np.zeros(args.num_envs)
-    recent_returns = deque(maxlen=20)
-
-    start_iteration, global_step = 0, 0
-    if checkpoint:
-        agent.load_state_dict(checkpoint["agent"])
-        for group in checkpoint["optimizer"]["param_groups"]:  # step as this run does (fused or capturable): a
-            group.update({k: v for k, v in optimizer.param_groups[0].items() if k != "params"})  # checkpoint may differ
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        for param, state in optimizer.state.items():  # the moments in their parameter's layout (a CUDA run's are
-            state.update({k: torch.empty_like(param).copy_(v) for k, v in state.items() if k != "step"})  # not channels_last)
-        optimizer.param_groups[0]["lr"] = lr  # this run's flag, not the saved one (annealing sets it anew)
-        start_iteration, global_step = checkpoint["iteration"], checkpoint["global_step"]
-        recent_returns.extend(checkpoint["recent_returns"])
-        restore_rng(checkpoint["rng"])
-    checkpoint_dir = f"runs/{run_name}/checkpoints"
-    last_checkpoint = args.resume
-    chunk = args.grad_accum_size or args.minibatch_size
+    run.restore(agent=agent, optimizer=optimizer)
+    global_step, chunk = run.global_step, args.grad_accum_size or args.minibatch_size
 
     def policy(x):  # the rollout's forward pass
         action, logprob, _, value, logits = agent.get_action_and_value(x)
@@ -496,38 +460,19 @@ def main(args):
         optimizer.step()
         return grad_norm
 
-    if args.compile:  # LeanRL's arrangement: each compiled apart (the backward pass breaks the update's graph)
-        policy, gae = torch.compile(policy), torch.compile(gae, fullgraph=True)
-        minibatch_gradient, optimizer_step = torch.compile(minibatch_gradient), torch.compile(optimizer_step)
-    if args.cudagraphs:
-        from tensordict.nn import CudaGraphModule
+    policy, gae, minibatch_gradient, optimizer_step = accelerate(args, device, policy, gae, minibatch_gradient,
+                                                                  optimizer_step)  # --compile, --cudagraphs
 
-        policy, gae = CudaGraphModule(policy), CudaGraphModule(gae)
-        captured_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
-
-        # the captured update takes the minibatch alone, as LeanRL's does: given the whole rollout buffer, the graph
-        # would copy all of it into its static inputs at every call
-        every = torch.arange(args.minibatch_size, device=device)  # the gathered minibatch, whole (made once)
-        def minibatch_gradient(mb_inds, *batch):
-            return captured_gradient(every, *(b[mb_inds] for b in batch))
-
-    start_time, start_step = time.time(), global_step
-    next_obs, _ = envs.reset()
-    next_obs = torch.as_tensor(next_obs, device=device)
+    run.begin()
+    next_obs = torch.as_tensor(envs.reset()[0], device=device)
     next_done = torch.zeros(args.num_envs, device=device)
-    progress = tqdm(total=args.num_iterations * args.batch_size, initial=global_step, unit="step", unit_scale=True,
-                    dynamic_ncols=True)
-
-    for iteration in range(start_iteration + 1, args.num_iterations + 1):
+    for iteration in range(run.start_iteration + 1, args.num_iterations + 1):
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             if compiled:
                 lr.fill_(frac * args.learning_rate)
             else:
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
-        if iteration == start_iteration + 2:  # the first iteration compiles (and warms up): steps/s counts from here
-            first_iteration_seconds = time.time() - start_time
-            start_time, start_step = time.time(), global_step
 
         for step in range(0, args.num_steps):
             global_step += args.num_envs
@@ -545,14 +490,11 @@ def main(args):
             episode_returns += info["reward"]
             game_over = (terminations & (info["lives"] == 0)) | truncations
             for idx in np.flatnonzero(game_over):
-                writer.add_scalar("charts/episodic_return", episode_returns[idx], global_step)
-                writer.add_scalar("charts/episodic_length", info["elapsed_step"][idx], global_step)
-                recent_returns.append(episode_returns[idx])
+                run.episode(global_step, episode_returns[idx], info["elapsed_step"][idx])
             episode_returns[game_over] = 0.0
 
         with torch.no_grad():
             advantages, returns = gae(next_obs, next_done, rewards, values, dones)
-
         b_obs = obs.reshape((-1,) + envs.observation_space.shape)
         b_logprobs, b_actions, b_advantages, b_returns, b_values = (
             x.reshape(-1) for x in (logprobs, actions, advantages, returns, values))
@@ -568,79 +510,34 @@ def main(args):
             for start in range(0, args.batch_size, args.minibatch_size):
                 mb_inds = epoch_inds[start : start + args.minibatch_size]
                 mb_stats = minibatch_gradient(mb_inds, b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values)
-                if measure and epoch == 0 and start == 0:
-                    # B.4 on the raw gradient of the iteration's first minibatch, before clipping rescales it
+                if measure and epoch == 0 and start == 0:  # B.4 on the raw gradient, before clipping rescales it
                     kurtosis = grad_kurtosis([p.grad for p in agent.parameters() if p.grad is not None])
                 grad_norm_sum += optimizer_step()
                 clipfrac_sum += mb_stats[STATS.index("clipfrac")]
                 minibatch_steps += 1
-
             if args.target_kl is not None and mb_stats[STATS.index("approx_kl")].item() > args.target_kl:
                 break  # (one read per epoch, only with --target-kl)
 
-        # KL(behaviour || updated policy) after the last epoch, exact for a categorical, on the whole batch or a
-        # --kl-sample of it; DDR = transitions per iteration / that KL (stagnation §4.4)
-        with torch.inference_mode():
-            b_behaviour_logits = behaviour_logits.reshape(-1, num_actions)
-            kl_inds = torch.randperm(args.batch_size, device=device)[: args.kl_sample] if args.kl_sample else None
-            kl_sum = torch.zeros((), device=device)
-            for start in range(0, args.kl_sample or args.batch_size, chunk):
-                inds = kl_inds[start : start + chunk] if kl_inds is not None else slice(start, start + chunk)
-                new_logits = agent.get_logits(b_obs[inds])
-                old_logp = torch.log_softmax(b_behaviour_logits[inds], dim=-1)
-                kl_sum += (old_logp.exp() * (old_logp - torch.log_softmax(new_logits, dim=-1))).sum()
-            var_y = b_returns.var(unbiased=False)
-            explained_var = torch.where(var_y > 0, 1 - (b_returns - b_values).var(unbiased=False) / var_y, torch.nan)
-            # the parameters, the last minibatch's losses and the updated policy's KL on the batch (a forward pass)
-            finite = (torch.stack([torch.isfinite(p).all() for p in agent.parameters()]).all()
-                      & torch.isfinite(mb_stats).all() & torch.isfinite(kl_sum))
-            moved = {name: torch.linalg.vector_norm(p - before[name]) for name, p in agent.named_parameters()}
-            moved_policy = [norm for name, norm in moved.items() if name.startswith(("network.", "actor."))]  # encoder, head
-            read = torch.cat([mb_stats[:4], torch.stack([kl_sum / (args.kl_sample or args.batch_size), clipfrac_sum / minibatch_steps,
-                              grad_norm_sum / minibatch_steps, explained_var, torch.stack(list(moved.values())).norm(),
-                              torch.stack(moved_policy).norm(), finite.float()])]).tolist()  # the one sync
-        # the last minibatch's losses and KL (as CleanRL logs them), then the iteration's batch KL, clip fraction, norm
-        logged = dict(zip(("policy_loss", "value_loss", "entropy", "approx_kl_last_minibatch",
-                           "approx_kl", "clipfrac", "grad_norm", "explained_variance", "update_norm", "update_norm_actor",
-                           "finite"), read))
+        kl = batch_kl(agent, b_obs, behaviour_logits.reshape(-1, num_actions), args.kl_sample, chunk)
+        logged = iteration_statistics(agent, before, mb_stats, kl, clipfrac_sum / minibatch_steps,
+                                      grad_norm_sum / minibatch_steps, b_returns, b_values)
         if not logged.pop("finite"):
-            progress.close()
-            print(f"{os.path.basename(__file__)}: error: iteration {iteration}: the loss or the parameters are not finite "
-                  f"(nan or inf); last good checkpoint: {last_checkpoint or 'none'}", file=sys.stderr)
-            sys.exit(1)
-
-        writer.add_scalar("charts/learning_rate", float(optimizer.param_groups[0]["lr"]), global_step)
-        for chart in ("update_norm", "update_norm_actor"):
-            writer.add_scalar(f"charts/{chart}", logged.pop(chart), global_step)
-        for name, value in logged.items():
-            writer.add_scalar(f"losses/{name}", value, global_step)
-        writer.add_scalar("charts/ddr", args.batch_size / max(logged["approx_kl"], 1e-12), global_step)
+            run.fail(iteration, "the loss or the parameters are not finite (nan or inf)")
+        logged["charts/learning_rate"] = float(optimizer.param_groups[0]["lr"])
+        logged["charts/ddr"] = args.batch_size / max(logged["losses/approx_kl"], 1e-12)  # stagnation §4.4
         if measure:
             sample = torch.randperm(args.batch_size, device=device)[: args.dynamics_batch]
-            metrics = dynamics_metrics(agent, b_obs[sample], b_actions[sample], b_logprobs[sample], args.dormant_tau)
-            metrics["dynamics/grad_kurtosis"] = kurtosis
-            for tag, value in metrics.items():
-                writer.add_scalar(tag, value, global_step)
+            logged.update(dynamics_metrics(agent, b_obs[sample], b_actions[sample], b_logprobs[sample], args.dormant_tau))
+            logged["dynamics/grad_kurtosis"] = kurtosis
             if args.coverage_samples and (iteration == 1 or iteration % args.coverage_every == 0):
-                append_coverage(f"runs/{run_name}", coverage_records(agent, b_obs[sample[: args.coverage_samples]],
-                                                                     iteration, global_step))
-        sps = int((global_step - start_step) / (time.time() - start_time))
-        writer.add_scalar("charts/SPS", sps, global_step)
-        if iteration == start_iteration + 2:
-            writer.add_scalar("charts/first_iteration_seconds", first_iteration_seconds, global_step)
-        progress.update(args.batch_size)
-        progress.set_postfix(sps=sps, ret=f"{np.mean(recent_returns):.1f}" if recent_returns else "-")
+                run.save_states(coverage_records(agent, b_obs[sample[: args.coverage_samples]], iteration, global_step),
+                                obs="the newest frame of the stack, 84x84 averaged over 4x4 blocks",
+                                features="the actor torso's last ReLU")
+        run.log(global_step, logged)
 
-        stopping = bool(signalled)  # read once: a signal may arrive between the two uses
-        if stopping or (args.save_every and (iteration % args.save_every == 0 or iteration == args.num_iterations)):
-            last_checkpoint = save_checkpoint(f"{checkpoint_dir}/iter_{iteration}.pt", agent, optimizer, iteration,
-                                              global_step, recent_returns, args)
-        if stopping and iteration < args.num_iterations:
-            progress.close()
-            print(f"stopped by signal {signalled[0]} after iteration {iteration}; resume with --resume {last_checkpoint}")
-            writer.close()
-            envs.close()
-            sys.exit(128 + signal.SIGINT if signalled[0] == signal.SIGINT else REQUEUE)
+        if run.checkpoint_due(iteration):
+            run.checkpoint(iteration, global_step, agent=agent, optimizer=optimizer)
+        run.stop_if_signalled(iteration, envs)
         if iteration == args.reset_envs_at:  # what a resume from this iteration's checkpoint does
             envs.close()
             envs = make_env(args.env_id, args.num_envs, args.seed)
@@ -648,30 +545,78 @@ def main(args):
             next_done = torch.zeros(args.num_envs, device=device)
             episode_returns[:] = 0.0
 
-    progress.close()
     envs.close()
     if args.save_model:
-        model_path = f"runs/{run_name}/{args.exp_name}.pt"
-        torch.save(agent.state_dict(), model_path)
-        print(f"model saved to {model_path}")
+        run.save_model(agent)
         scores = evaluate(agent, args.env_id, args.eval_episodes, (args.seed + 1) % 2**31, device)
         for idx, score in enumerate(scores):
-            writer.add_scalar("eval/episodic_return", score, idx)
+            run.writer.add_scalar("eval/episodic_return", score, idx)
         print(f"eval: mean score {scores.mean():.1f} over {args.eval_episodes} games")
-    writer.close()
+    run.finish()
 
 
-# ==== Plumbing: flag checks, checkpoints and resume, coverage states ====
+# ==== appendix: the run's plumbing, one text in every torch script of cleanrl-scale (change it in all of them) ====
+# The flags of the run rather than of the algorithm, the flag rules every script shares, the scaling recipes' and the
+# coverage states' arithmetic, checkpoints and resume, signals, TensorBoard / wandb and the progress bar, exit
+# statuses. What differs between scripts is on the page above: RULES, check_args, STEP_BYTES, CHECKPOINT_KEYS,
+# CHECKPOINT_MUST_MATCH, NOT_LEARNING, main, and Args, whose fields this text reads: seed, env_id, num_envs, num_steps,
+# total_timesteps, learning_rate, num_minibatches, minibatch_size, the scaling recipe's, dynamics_every, dynamics_batch,
+# coverage_samples and coverage_every.
+REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
+RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
+
+
+@dataclass
+class RunArgs(Args):
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment"""
+    torch_deterministic: bool = True
+    """if toggled, `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, cuda will be enabled when available"""
+    track: bool = False
+    """if toggled, this experiment will be tracked with Weights and Biases"""
+    wandb_project_name: str = "cleanrl-scale"
+    """the wandb's project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of wandb's project"""
+    save_model: bool = False
+    """whether to save the trained model into `runs/{run_name}` (the Atari scripts then evaluate it: --eval-episodes)"""
+
+    # Speed
+    torch_threads: int = 0
+    """CPU threads for torch (0 = torch's default)"""
+    compile: bool = False
+    """torch.compile the rollout's forward passes, the targets (GAE, Q(lambda)) and the minibatch update, as LeanRL does
+    (the first iteration compiles: charts/SPS counts from the second, charts/first_iteration_seconds holds the first)"""
+    cudagraphs: bool = False
+    """also capture them as CUDA graphs (tensordict's CudaGraphModule, as LeanRL; CUDA only)"""
+
+    # Checkpoints
+    save_every: int = 0
+    """write runs/<run>/checkpoints/iter_<i>.pt every this many iterations and after the last (0: only when signalled)"""
+    keep_checkpoints: int = 3
+    """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
+    resume: Optional[str] = None
+    """a checkpoint to continue from (fresh episodes, everything else exact; the flags it must agree on are named if not)"""
+    reset_envs_at: int = 0
+    """restart every env on fresh episodes after this iteration, as a resumed run does (0: never; to check a resume)"""
+
+    # to be filled in runtime
+    batch_size: int = 0
+    """the batch size (computed in runtime: setting it is refused)"""
+    num_iterations: int = 0
+    """the number of iterations (computed in runtime: setting it is refused)"""
+
+
+RUN_FLAGS = ("exp_name", "track", "wandb_project_name", "wandb_entity", "save_model", "torch_threads", "compile",
+             "cudagraphs", "save_every", "keep_checkpoints", "resume", "reset_envs_at")  # what a run learns, unchanged
+RULE_TESTS = {"must be positive": lambda v: v > 0, "must be >= 0": lambda v: v >= 0,
+              "must lie in [0, 1]": lambda v: 0 <= v <= 1}
+
+
 class BadFlag(ValueError):
     """A flag value that breaks a rule; reported as one line, exit status 2."""
-
-
-def check_runs_directory():
-    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
-    if os.path.lexists("runs") and not os.path.isdir("runs"):
-        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
-    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
-        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
 
 
 def resolve_args(args):
@@ -688,53 +633,24 @@ def resolve_args(args):
             raise BadFlag(f"--{name.replace('_', '-')} must be a finite number (got {value})")
     if not 0 <= args.seed < 2**31:
         raise BadFlag(f"--seed must lie in [0, 2^31) (envpool's int32 seed; got {args.seed})")
-    for rule, holds, flags in (
-        ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch",
-                                               "eval_episodes", "learning_rate", "clip_coef", "max_grad_norm")),
-        ("must be >= 0", lambda v: v >= 0, ("minibatch_size", "dynamics_every", "torch_threads", "dormant_tau", "grad_accum_size",
-                                            "ent_coef", "vf_coef", "kl_sample", "save_every", "keep_checkpoints", "reset_envs_at",
-                                            "coverage_every")),
-        ("must lie in [0, 1]", lambda v: 0 <= v <= 1, ("gamma", "gae_lambda"))):
+    rules = {**RULES, "must be >= 0": RULES["must be >= 0"] + ("torch_threads", "save_every", "keep_checkpoints",
+                                                                "reset_envs_at", "coverage_every")}
+    for rule, flags in rules.items():
         for flag in flags:
-            if not holds(getattr(args, flag)):
+            if not RULE_TESTS[rule](getattr(args, flag)):
                 raise BadFlag(f"--{flag.replace('_', '-')} {rule} (got {getattr(args, flag)})")
-    if args.target_kl is not None and not args.target_kl > 0:
-        raise BadFlag(f"--target-kl must be positive when given (got {args.target_kl})")
     if args.cudagraphs and not (args.cuda and torch.cuda.is_available()):
         raise BadFlag("--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda")
     if args.hybrid_minibatch_factor and args.scaling_recipe != "hybrid":
         raise BadFlag(f"--hybrid-minibatch-factor applies to --scaling-recipe hybrid only (got {args.scaling_recipe})")
-    if envpool.registration.registry.specs.get(args.env_id, ("",))[0] != "envpool.atari":
-        raise BadFlag(f"--env-id must be an envpool Atari id such as Breakout-v5 (got {args.env_id!r})")
     args.batch_size = args.num_envs * args.num_steps
-    if args.scaling_recipe != "none":
-        if args.num_minibatches is not None or args.minibatch_size:
-            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
-        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
-            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate, args.base_num_envs,
-            args.base_num_minibatches, args.hybrid_minibatch_factor)
-    elif args.minibatch_size:
-        if args.batch_size % args.minibatch_size:
-            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
-        derived = args.batch_size // args.minibatch_size
-        if args.num_minibatches is not None and args.num_minibatches != derived:
-            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
-        args.num_minibatches = derived
-    else:
-        args.num_minibatches = 4 if args.num_minibatches is None else args.num_minibatches
-        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
-            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
-        args.minibatch_size = args.batch_size // args.num_minibatches
-    if args.kl_sample > args.batch_size:
-        raise BadFlag(f"--kl-sample {args.kl_sample} is more than the batch ({args.batch_size} = num-envs x num-steps)")
-    if args.norm_adv and args.minibatch_size < 2:
-        raise BadFlag(f"--minibatch-size must be at least 2 with --norm-adv (the std of one advantage is undefined; got {args.minibatch_size})")
+    check_args(args)  # the script's own rules, and its minibatches
     if args.total_timesteps >= 2**62:  # the step count is an int64 in TensorBoard and the checkpoints
         raise BadFlag(f"--total-timesteps must be below 2^62 (got {args.total_timesteps})")
     args.num_iterations = args.total_timesteps // args.batch_size
     if args.num_iterations == 0:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} is less than one batch ({args.batch_size} = num-envs x num-steps)")
-    storage = args.batch_size * (4 * 84 * 84 + 128)  # a step's 4 stacked 84 x 84 frames (uint8) and its numbers (under 128 bytes)
+    storage = args.batch_size * STEP_BYTES
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if storage > memory:
         raise BadFlag(f"--num-envs {args.num_envs} x --num-steps {args.num_steps}: the rollout's storage alone takes "
@@ -754,11 +670,67 @@ def resolve_args(args):
     return args
 
 
-CHECKPOINT_MUST_MATCH = ("env_id", "num_envs", "separate_encoders")  # the network, the storage and the episode counters
+def resolve_minibatches(args, default):
+    """--num-minibatches and --minibatch-size from each other, or from --scaling-recipe (`default` minibatches when
+    neither is given)."""
+    if args.scaling_recipe != "none":
+        if args.num_minibatches is not None or args.minibatch_size:
+            raise BadFlag(f"--num-minibatches/--minibatch-size are set by --scaling-recipe {args.scaling_recipe}; drop them")
+        args.num_minibatches, args.minibatch_size, args.learning_rate = resolve_recipe(
+            args.scaling_recipe, args.num_envs, args.num_steps, args.learning_rate, args.base_num_envs,
+            args.base_num_minibatches, args.hybrid_minibatch_factor)
+    elif args.minibatch_size:
+        if args.batch_size % args.minibatch_size:
+            raise BadFlag(f"--minibatch-size {args.minibatch_size} must divide the batch {args.batch_size} (num-envs x num-steps)")
+        derived = args.batch_size // args.minibatch_size
+        if args.num_minibatches is not None and args.num_minibatches != derived:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} contradicts --minibatch-size {args.minibatch_size} (batch {args.batch_size} gives {derived})")
+        args.num_minibatches = derived
+    else:
+        args.num_minibatches = default if args.num_minibatches is None else args.num_minibatches
+        if args.num_minibatches <= 0 or args.batch_size % args.num_minibatches:
+            raise BadFlag(f"--num-minibatches {args.num_minibatches} must be positive and divide the batch {args.batch_size} (num-envs x num-steps)")
+        args.minibatch_size = args.batch_size // args.num_minibatches
+
+
+def resolve_recipe(recipe, num_envs, num_steps, lr0, base_num_envs, base_num_minibatches, b=0):
+    """Minibatch count, minibatch size and learning rate of a scaling recipe (stagnation §5, App. D), from the base
+    config (N0 envs, M0 minibatches, lr0) to N = k * N0 envs."""
+    if base_num_envs <= 0 or base_num_minibatches <= 0:
+        raise BadFlag(f"--scaling-recipe {recipe} needs positive --base-num-envs and --base-num-minibatches")
+    if (base_num_envs * num_steps) % base_num_minibatches:
+        raise BadFlag("--base-num-minibatches must divide the base batch (--base-num-envs x --num-steps)")
+    k = Fraction(num_envs, base_num_envs)
+    base_mb_size = base_num_envs * num_steps // base_num_minibatches
+    if recipe == "more-minibatches":
+        minibatches, size_factor, lr_factor = k * base_num_minibatches, 1, 1.0
+    elif recipe == "bigger-minibatch":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, 1.0
+    elif recipe == "bigger-minibatch-sqrt-lr":
+        minibatches, size_factor, lr_factor = Fraction(base_num_minibatches), k, float(k) ** 0.5
+    elif recipe == "hybrid":
+        if b <= 0:
+            raise BadFlag("--scaling-recipe hybrid needs --hybrid-minibatch-factor b > 0")
+        minibatches, size_factor, lr_factor = k / b * base_num_minibatches, Fraction(b), float(b) ** 0.5
+    else:
+        raise BadFlag(f"--scaling-recipe must be one of {', '.join(RECIPES)} (got {recipe!r})")
+    mb_size = size_factor * base_mb_size
+    if minibatches.denominator != 1 or minibatches < 1 or mb_size.denominator != 1:
+        raise BadFlag(f"--num-envs {num_envs} gives a fractional minibatch count or size under --scaling-recipe {recipe} "
+                      f"(k = {k} from --base-num-envs {base_num_envs}, --base-num-minibatches {base_num_minibatches}, b = {b})")
+    return int(minibatches), int(mb_size), lr0 * lr_factor
+
+
+def check_runs_directory():
+    """runs/ in the working directory must be a directory this process can write: checked before any compute."""
+    if os.path.lexists("runs") and not os.path.isdir("runs"):
+        raise BadFlag(f"{os.path.abspath('runs')} is not a directory: the runs are written under it")
+    if not os.access("runs" if os.path.isdir("runs") else ".", os.W_OK | os.X_OK):
+        raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
 
 
 def load_checkpoint(path, args=None):
-    """The dict `save_checkpoint` wrote, or BadFlag; with `args`, BadFlag too unless this run may continue from it."""
+    """The dict Run.checkpoint wrote, or BadFlag; with `args`, BadFlag too unless this run may continue from it."""
     if not os.path.isfile(path):
         raise BadFlag(f"--resume {path}: no such file")
     try:
@@ -768,9 +740,9 @@ def load_checkpoint(path, args=None):
     this = os.path.basename(__file__)
     if isinstance(state, dict) and state.get("script", this) != this:
         raise BadFlag(f"--resume {path} is a checkpoint of {state['script']}, not of {this}")
-    if not isinstance(state, dict) or not {"agent", "optimizer", "rng", "iteration", "global_step", "args"} <= set(state):
+    if not isinstance(state, dict) or not {*CHECKPOINT_KEYS, "rng", "iteration", "global_step", "args"} <= set(state):
         raise BadFlag(f"--resume {path}: not a checkpoint of this script (keys missing)")
-    if args is None:  # main's read, after resolve_args checked it
+    if args is None:  # the run's read, after resolve_args checked it
         return state
     if set(state["args"]) - set(vars(args)):  # a checkpoint from before the "script" key
         raise BadFlag(f"--resume {path} is a checkpoint of another script, not of {this}")
@@ -782,81 +754,205 @@ def load_checkpoint(path, args=None):
     return state
 
 
-NOT_LEARNING = ("resume", "exp_name", "save_every", "keep_checkpoints", "reset_envs_at", "track", "wandb_project_name",
-                "wandb_entity", "save_model", "eval_episodes", "torch_threads", "compile",
-                "cudagraphs")  # flags that do not change what a run learns (compiled: to float rounding)
-
-
 def changed_flags(args, state):
     """The flags of this run that differ from the checkpoint's run: it continues under the new ones."""
     return [f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
-            if k not in NOT_LEARNING and state["args"].get(k, v) != v]
+            if k not in RUN_FLAGS + NOT_LEARNING and state["args"].get(k, v) != v]
 
 
-def save_checkpoint(path, agent, optimizer, iteration, global_step, recent_returns, args):
-    """Everything a run needs to continue exactly, but the emulators: written to a temporary name, then renamed."""
-    state = {"agent": agent.state_dict(), "optimizer": optimizer.state_dict(), "iteration": iteration,
-             "global_step": global_step, "recent_returns": list(recent_returns), "args": vars(args),
-             "script": os.path.basename(__file__),
-             "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}}
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    torch.save(state, f"{path}.tmp")
-    os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
-    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
-    return path
+def accelerate(args, device, forward, targets, minibatch_gradient, optimizer_step):
+    """--compile and --cudagraphs, LeanRL's arrangement: the rollout's forward pass, the targets (GAE), the minibatch
+    gradient and the optimiser step each compiled apart (the backward pass breaks the update's graph), then captured
+    as CUDA graphs; the captured update takes the minibatch alone (given the whole rollout buffer, the graph would
+    copy all of it into its static inputs at every call)."""
+    if args.compile:
+        forward, targets = torch.compile(forward), torch.compile(targets, fullgraph=True)
+        minibatch_gradient, optimizer_step = torch.compile(minibatch_gradient), torch.compile(optimizer_step)
+    if args.cudagraphs:
+        from tensordict.nn import CudaGraphModule
+
+        forward, targets = CudaGraphModule(forward), CudaGraphModule(targets)
+        captured_gradient, optimizer_step = CudaGraphModule(minibatch_gradient), CudaGraphModule(optimizer_step)
+        every = torch.arange(args.minibatch_size, device=device)  # the gathered minibatch, whole (made once)
+
+        def minibatch_gradient(mb_inds, *batch):
+            return captured_gradient(every, *(b[mb_inds] for b in batch))
+    return forward, targets, minibatch_gradient, optimizer_step
 
 
-def prune_checkpoints(directory, keep):
-    """Delete all but the newest `keep` checkpoints iter_<i>.pt of a run (keep 0: delete none)."""
-    iterations = sorted(int(name[5:-3]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.pt", name))
-    for iteration in iterations[:-keep] if keep else []:
-        os.remove(os.path.join(directory, f"iter_{iteration}.pt"))
+class Run:
+    """One run's plumbing: its name and directory, seeds and device, TensorBoard (and wandb), the progress bar,
+    signals, checkpoints and resume. SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at
+    the end of the iteration with a checkpoint and exit 75 (Ctrl-C: 130); a second Ctrl-C aborts at once."""
 
+    def __init__(self, args, describe):
+        self.args, self.signals, self.stopping = args, [], False
+        for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
+            signal.signal(signum, self.on_signal)
+        self.name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        self.dir = f"runs/{self.name}"
+        self.resumed = load_checkpoint(args.resume) if args.resume else None
+        changed = changed_flags(args, self.resumed) if self.resumed else []
+        print(describe + (f"; resuming {args.resume} after iteration {self.resumed['iteration']} on fresh episodes "
+                          "(an envpool env's state is not saved)" if self.resumed else "")
+              + (f"; flags changed since the checkpoint: {', '.join(changed)}" if changed else ""))
+        if args.track:
+            import wandb
 
-def restore_rng(rng):
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
-    torch.set_rng_state(rng["torch"])
-    if rng["cuda"] is not None and torch.cuda.is_initialized():
-        torch.cuda.set_rng_state_all(rng["cuda"])
+            wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                       config=vars(args), name=self.name, save_code=True)
+        self.writer = SummaryWriter(self.dir)
+        self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % (
+            "\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])))
+        random.seed(args.seed)
+        np.random.seed(args.seed)
+        torch.manual_seed(args.seed)
+        torch.backends.cudnn.deterministic = args.torch_deterministic
+        if args.torch_threads:
+            torch.set_num_threads(args.torch_threads)
+        self.device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+        self.recent_returns = deque(maxlen=20)
+        self.start_iteration, self.global_step, self.last_checkpoint = 0, 0, args.resume
 
+    def on_signal(self, signum, frame):
+        if signum == signal.SIGINT and signal.SIGINT in self.signals:
+            raise KeyboardInterrupt
+        self.signals.append(signum)
 
-# Coverage (data-collection App. B.7): states of the dynamics/ sample, projected by benchmark/analyze.py --coverage
-def coverage_dtype(feature_dim):
-    """One saved state: when, the newest 84x84 frame averaged over 4x4 blocks, and the penultimate features."""
-    return np.dtype([("iteration", "<i8"), ("global_step", "<i8"), ("obs", "u1", (21, 21)),
-                     ("features", "<f2", (feature_dim,))])
+    def restore(self, **objects):
+        """Load a --resume checkpoint into the named modules and optimisers, with the counters and every RNG: the
+        checkpoint (its other entries for the caller), or None when the run starts afresh."""
+        state = self.resumed
+        for name, obj in objects.items() if state else ():
+            if isinstance(obj, torch.optim.Optimizer):
+                lr = obj.param_groups[0]["lr"]  # this run's flag, not the saved one (annealing sets it anew)
+                for group in state[name]["param_groups"]:  # step as this run does (fused or capturable): a
+                    group.update({k: v for k, v in obj.param_groups[0].items() if k != "params"})  # checkpoint may differ
+                obj.load_state_dict(state[name])
+                for param, moments in obj.state.items():  # the moments in their parameter's layout (a CUDA run's are
+                    moments.update({k: torch.empty_like(param).copy_(v) for k, v in moments.items() if k != "step"})  # not channels_last)
+                obj.param_groups[0]["lr"] = lr
+            else:
+                obj.load_state_dict(state[name])
+        if state:
+            self.start_iteration, self.global_step = state["iteration"], state["global_step"]
+            self.recent_returns.extend(state["recent_returns"])
+            rng = state["rng"]
+            random.setstate(rng["python"])
+            np.random.set_state(rng["numpy"])
+            torch.set_rng_state(rng["torch"])
+            if rng["cuda"] is not None and torch.cuda.is_initialized():
+                torch.cuda.set_rng_state_all(rng["cuda"])
+        return state
 
+    def begin(self):
+        """Start the clock and the progress bar, before the first iteration."""
+        self.start_time, self.start_step, self.logged = time.time(), self.global_step, 0
+        self.progress = tqdm(total=self.args.num_iterations * self.args.batch_size, initial=self.global_step,
+                             unit="step", unit_scale=True, dynamic_ncols=True)
 
-@torch.no_grad()
-def coverage_records(agent, obs, iteration, global_step):
-    """The records of states `obs` (uint8, N x 4 x 84 x 84) for runs/<run>/coverage.bin."""
-    thumbnails = obs[:, -1].float().reshape(len(obs), 21, 4, 21, 4).mean((2, 4)).round().to(torch.uint8)
-    features = hidden_activations(agent.network, agent.preprocess(obs))[-1]
-    records = np.zeros(len(obs), coverage_dtype(features.shape[1]))
-    records["iteration"], records["global_step"] = iteration, global_step
-    records["obs"], records["features"] = thumbnails.cpu().numpy(), features.cpu().numpy()
-    return records
+    @contextlib.contextmanager
+    def paused(self):
+        """A block whose time steps/s leaves out (an evaluation between iterations)."""
+        started = time.time()
+        try:
+            yield
+        finally:
+            self.start_time += time.time() - started
 
+    def episode(self, global_step, episodic_return, length):
+        """A finished episode (a game over, for Atari): logged, and counted in the progress bar's recent return."""
+        self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+        self.writer.add_scalar("charts/episodic_length", length, global_step)
+        self.recent_returns.append(episodic_return)
 
-def append_coverage(run_dir, records):
-    """Append records to run_dir/coverage.bin (fixed-size records; the layout in coverage.json beside it)."""
+    def log(self, global_step, scalars, **postfix):
+        """An iteration's scalars, steps/s (from the second iteration on: the first compiles and warms up) and the
+        progress bar."""
+        for tag, value in scalars.items():
+            self.writer.add_scalar(tag, value, global_step)
+        now = time.time()
+        sps = int((global_step - self.start_step) / (now - self.start_time))
+        self.writer.add_scalar("charts/SPS", sps, global_step)
+        self.logged += 1
+        if self.logged == 1:
+            self.first_iteration_seconds, self.start_time, self.start_step = now - self.start_time, now, global_step
+        elif self.logged == 2:
+            self.writer.add_scalar("charts/first_iteration_seconds", self.first_iteration_seconds, global_step)
+        self.progress.update(self.args.batch_size)
+        recent = f"{np.mean(self.recent_returns):.1f}" if self.recent_returns else "-"
+        self.progress.set_postfix(sps=sps, ret=recent, **postfix)
+
+    def fail(self, iteration, what):
+        """Stop a run whose numbers went bad, naming the last good checkpoint: exit 1."""
+        self.progress.close()
+        print(f"{os.path.basename(__file__)}: error: iteration {iteration}: {what}; last good checkpoint: "
+              f"{self.last_checkpoint or 'none'}", file=sys.stderr)
+        sys.exit(1)
+
+    def checkpoint_due(self, iteration):
+        """Whether this iteration ends with a checkpoint: every --save-every, the last, or after a signal."""
+        self.stopping = bool(self.signals)  # read once: a signal may arrive between its uses
+        every = self.args.save_every
+        return self.stopping or bool(every and (iteration % every == 0 or iteration == self.args.num_iterations))
+
+    def checkpoint(self, iteration, global_step, **state):
+        """runs/<run>/checkpoints/iter_<iteration>.pt: the named modules' and optimisers' state dicts, the other
+        entries as given, the counters, the flags and every RNG; written to a temporary name, then renamed."""
+        state = {name: value.state_dict() if hasattr(value, "state_dict") else value for name, value in state.items()}
+        state.update({"iteration": iteration, "global_step": global_step, "recent_returns": list(self.recent_returns),
+                      "args": vars(self.args), "script": os.path.basename(__file__),
+                      "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                              "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}})
+        directory = f"{self.dir}/checkpoints"
+        path = f"{directory}/iter_{iteration}.pt"
+        os.makedirs(directory, exist_ok=True)
+        torch.save(state, f"{path}.tmp")
+        os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
+        saved = sorted(int(name[5:-3]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.pt", name))
+        for old in saved[: -self.args.keep_checkpoints] if self.args.keep_checkpoints else []:
+            os.remove(os.path.join(directory, f"iter_{old}.pt"))
+        self.last_checkpoint = path
+
+    def stop_if_signalled(self, iteration, envs):
+        """After a signal (read by checkpoint_due), close the run and exit with the --resume line: 75, 130 for Ctrl-C."""
+        if self.stopping and iteration < self.args.num_iterations:
+            self.progress.close()
+            print(f"stopped by signal {self.signals[0]} after iteration {iteration}; resume with --resume {self.last_checkpoint}")
+            self.writer.close()
+            envs.close()
+            sys.exit(128 + signal.SIGINT if self.signals[0] == signal.SIGINT else REQUEUE)
+
+    def save_states(self, records, **describe):
+        """Coverage records of this iteration, appended to runs/<run>/coverage.bin."""
+        append_coverage(self.dir, records, **describe)
+
+    def save_model(self, model):
+        """--save-model: the trained `model`'s state dict beside the run's logs."""
+        self.progress.close()
+        path = f"{self.dir}/{self.args.exp_name}.pt"
+        torch.save(model.state_dict(), path)
+        print(f"model saved to {path}")
+
+    def finish(self):
+        """The end of a run that trained to its last iteration."""
+        self.progress.close()
+        self.writer.close()
+
+def append_coverage(run_dir, records, **describe):
+    """Append records to run_dir/coverage.bin (fixed-size records; their layout and `describe` in coverage.json)."""
     header = os.path.join(run_dir, "coverage.json")
     if not os.path.exists(header):
         with open(header, "w") as f:
             json.dump({"format": "cleanrl-scale coverage 1", "paper": "data-collection App. B.7", "dtype": [
                 [name, records.dtype[name].base.str, list(records.dtype[name].shape)] for name in records.dtype.names],
-                "obs": "the newest frame of the stack, 84x84 averaged over 4x4 blocks", "features": "the actor torso's last ReLU"}, f)
+                **describe}, f)
     with open(os.path.join(run_dir, "coverage.bin"), "ab") as f:
         f.write(records.tobytes())
 
 
-REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
-
-
 if __name__ == "__main__":
-    args = tyro.cli(Args)
+    args = tyro.cli(RunArgs)
     try:
         resolve_args(args)
         check_runs_directory()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmark.common import finish, load_script, read_tensorboard_run, refusal, run_copy, run_dirs, start_copy  # noqa: E402,F401
+from benchmark.common import cli_args, finish, load_script, read_tensorboard_run, refusal, run_copy, run_dirs, start_copy  # noqa: E402,F401
 
 # what the torch PPO scripts (ppo_atari_envpool, ppo_procgen_envpool) log every iteration, and their dynamics/ tags
 PPO_EVERY_ITERATION = ["losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",

@@ -1,4 +1,4 @@
-"""benchmark/cuda_smoke.sh: on a machine without a GPU it stops before any run, and its flags stay those the scripts take."""
+"""benchmark/speed/cuda_smoke.sh: on a machine without a GPU it stops before any run, and its flags stay those the scripts take."""
 import re
 import shlex
 import shutil
@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import tyro
 
-from helpers import load_script
+from helpers import cli_args, load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = ROOT / "benchmark" / "cuda_smoke.sh"
+SMOKE = ROOT / "benchmark" / "speed" / "cuda_smoke.sh"
 
 
 def smoke_flags():
@@ -39,6 +39,5 @@ def test_without_a_gpu_it_stops_before_any_run(tmp_path):
 
 @pytest.mark.parametrize("name,script,argv", smoke_flags(), ids=[run[0] for run in smoke_flags()])
 def test_every_run_s_flags_parse_with_its_script(name, script, argv):
-    module = load_script(script)
-    args = tyro.cli(getattr(module, "RunArgs", module.Args), args=argv)  # a renamed or removed flag exits here (tyro: exit 2)
+    args = tyro.cli(cli_args(load_script(script)), args=argv)  # a renamed or removed flag exits here (tyro: exit 2)
     assert args.exp_name == "cuda_smoke"

@@ -1,4 +1,4 @@
-"""benchmark/envpool_overlap.py: the rollouts of ppo_atari_envpool.py's Agent (sync, two pools, one pool with
+"""benchmark/speed/envpool_overlap.py: the rollouts of ppo_atari_envpool.py's Agent (sync, two pools, one pool with
 batch_size N/2; at fewer threads, sync at the default ones too) run on real envpool and are reported side by side with
 the machine; bad sizes are refused."""
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-TOOL = Path(__file__).resolve().parents[1] / "benchmark" / "envpool_overlap.py"
+TOOL = Path(__file__).resolve().parents[1] / "benchmark" / "speed" / "envpool_overlap.py"
 
 
 def overlap(tmp_path, *flags):

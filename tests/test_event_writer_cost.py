@@ -1,4 +1,4 @@
-"""benchmark/event_writer_cost.py: the writers' import and write costs, measured on files that hold the same values;
+"""benchmark/speed/event_writer_cost.py: the writers' import and write costs, measured on files that hold the same values;
 its `scripts` writer writes what the JAX scripts' own SummaryWriter writes."""
 import argparse
 import subprocess
@@ -7,12 +7,12 @@ import sys
 from benchmark.common import ROOT
 from helpers import load_script
 
-sys.path.insert(0, str(ROOT / "benchmark"))
+sys.path.insert(0, str(ROOT / "benchmark" / "speed"))
 import event_writer_cost  # noqa: E402
 
 
 def test_it_measures_each_installed_writer_on_the_same_values():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "event_writer_cost.py"), "--iterations", "20",
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed" / "event_writer_cost.py"), "--iterations", "20",
                              "--repeats", "1"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "the same values read back from every writer's files" in result.stdout
@@ -31,6 +31,6 @@ def test_its_scripts_writer_is_the_jax_scripts(tmp_path):
 
 
 def test_bad_counts_are_refused():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "event_writer_cost.py"), "--tags", "0"],
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed" / "event_writer_cost.py"), "--tags", "0"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "--tags, --iterations and --repeats must be at least 1" in result.stderr

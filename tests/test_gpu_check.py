@@ -1,4 +1,4 @@
-"""benchmark/gpu_check.sh, benchmark/profile_jax.py and benchmark/run_seconds.py: without a GPU the check stops before
+"""benchmark/speed/gpu_check.sh, benchmark/speed/profile_jax.py and benchmark/speed/run_seconds.py: without a GPU the check stops before
 any run; the trace reader sums a real profiler trace's events by name; two budgets' seconds give a run's rate."""
 import shutil
 import subprocess
@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmark"))
+sys.path.insert(0, str(ROOT / "benchmark" / "speed"))
 import profile_jax  # noqa: E402
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a GPU may be present: the check would run")
 def test_without_a_gpu_it_stops_before_any_run(tmp_path):
-    result = subprocess.run(["bash", str(ROOT / "benchmark" / "gpu_check.sh"), str(tmp_path / "out")],
+    result = subprocess.run(["bash", str(ROOT / "benchmark" / "speed" / "gpu_check.sh"), str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=300,
                             env={"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "PYTHON": sys.executable})
     assert result.returncode == 2, result.stdout + result.stderr
@@ -46,7 +46,7 @@ def test_a_variant_is_a_flag_and_a_python_value():
 
 
 def test_a_variant_that_is_no_flag_stops_before_any_run():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "profile_jax.py"), "--variant", "unrol=4"],
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed" / "profile_jax.py"), "--variant", "unrol=4"],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode != 0 and "--variant unrol: not a flag of ppo_ewma_jax.py" in result.stderr
 

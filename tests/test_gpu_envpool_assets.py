@@ -1,4 +1,4 @@
-"""benchmark/gpu_envpool_assets.sh: the assets it keeps are enough for `import envpool` and the Atari games of the torch
+"""benchmark/speed/gpu_envpool_assets.sh: the assets it keeps are enough for `import envpool` and the Atari games of the torch
 scripts, in a Python that sees envpool but none of its asset packages (as on a GPU machine the wheels are carried to)."""
 import os
 import subprocess
@@ -12,7 +12,7 @@ from benchmark.common import ROOT
 
 def test_atari_runs_on_the_kept_assets_alone(tmp_path):
     dest = tmp_path / "assets"
-    subprocess.run(["bash", ROOT / "benchmark" / "gpu_envpool_assets.sh", dest], check=True, capture_output=True,
+    subprocess.run(["bash", ROOT / "benchmark" / "speed" / "gpu_envpool_assets.sh", dest], check=True, capture_output=True,
                    env=dict(os.environ, PYTHON=sys.executable))
     site = tmp_path / "site"  # this site-packages less envpool's asset packages
     site.mkdir()

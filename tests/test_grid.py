@@ -882,7 +882,7 @@ def test_grid_of_a_jax_script(tmp_path):
 
 
 def test_analysis_streams_a_synthetic_grid(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "analysis_throughput.py"), "--scale", "0.0005",
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed" / "analysis_throughput.py"), "--scale", "0.0005",
                              "--games", "2", "--seeds", "2", "--nenvs", "4", "8", "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,7 +1,7 @@
 """The Args fields that cannot change what a run learns: one list, benchmark/common.py's NON_IDENTITY, which the launcher
 leaves out of a run's identity and the analysis out of its configs, held against what each script of cleanrl_scale/
-itself counts as not changing learning: its NOT_LEARNING (the torch scripts: the flags a --resume may change without
-reporting them) and the fields its Args groups under "# Speed" and "# Checkpoints"."""
+itself counts as not changing learning: its NOT_LEARNING and RUN_FLAGS (the torch scripts: the flags a --resume may change without
+reporting them) and the fields its Args and RunArgs group under "# Speed" and "# Checkpoints"."""
 import ast
 import dataclasses
 import functools
@@ -9,7 +9,7 @@ import functools
 import pytest
 
 from benchmark import configs, launch
-from benchmark.common import NON_IDENTITY, SCRIPTS, load_script
+from benchmark.common import NON_IDENTITY, SCRIPTS, cli_args, load_script
 
 NAMES = sorted(path.stem for path in SCRIPTS.glob("*.py"))
 NOT_LEARNING_SECTIONS = ("Speed", "Checkpoints")  # the first word of an Args heading
@@ -31,26 +31,18 @@ def script(name):
     return load_script(name)  # torch, JAX, envpool: each script imported once
 
 
-def flags_class(name):
-    """The dataclass a script's command line parses: RunArgs where the run's flags extend the algorithm's Args (the JAX
-    scripts' appendix), else Args."""
-    module = script(name)
-    return getattr(module, "RunArgs", module.Args)
-
-
 def fields(name):
-    return {f.name for f in dataclasses.fields(flags_class(name))}
+    return {f.name for f in dataclasses.fields(cli_args(script(name)))}
 
 
 @functools.lru_cache(maxsize=None)
 def headings(name):
-    """{field of the script's Args (and RunArgs): the `# ...` comment line above it (None before the first)}, from its
-    source."""
+    """{field of the script's Args: the `# ...` comment line above it (None before the first)}, from its source."""
     source = (SCRIPTS / f"{name}.py").read_text()
     lines = source.splitlines()
     found = {}
     for args in [node for node in ast.parse(source).body if isinstance(node, ast.ClassDef) and node.name in ("Args", "RunArgs")]:
-        heading, after = None, args.lineno
+        heading, after = None, args.lineno  # Args (the algorithm's flags), then RunArgs (the run's, in the appendix)
         for node in args.body:  # fields and their docstrings; comments only between them
             for line in lines[after:node.lineno - 1]:
                 if line.strip().startswith("# "):
@@ -64,7 +56,7 @@ def headings(name):
 def not_learning(name):
     """The flags the script itself counts as not changing what a run learns."""
     sections = {f for f, heading in headings(name).items() if heading and heading.split()[0] in NOT_LEARNING_SECTIONS}
-    return set(getattr(script(name), "NOT_LEARNING", ())) | sections
+    return set(getattr(script(name), "NOT_LEARNING", ())) | set(getattr(script(name), "RUN_FLAGS", ())) | sections
 
 
 def test_the_launcher_and_the_analysis_use_the_one_list():
@@ -117,11 +109,11 @@ def test_a_runs_hyperparameters_text_gives_back_its_flags(name):
     import tyro
 
     module, checks = script(name), {"num_devices": 1} if name == "ppo_kinetix_sfl" else {}
-    logged = tyro.cli(flags_class(name), args=RUN_FLAGS[name])
+    logged = tyro.cli(cli_args(module), args=RUN_FLAGS[name])
     module.resolve_args(logged, **checks)
     table = "|param|value|\n|-|-|\n" + "\n".join(f"|{key}|{value}|" for key, value in vars(logged).items())
     argv = advise.command_of_hyperparameters({"hyperparameters": [table]}, name)
-    again = tyro.cli(flags_class(name), args=argv)
+    again = tyro.cli(cli_args(module), args=argv)
     module.resolve_args(again, **checks)
     assert vars(again) == vars(logged), argv
     assert not {"--batch-size", "--num-iterations", "--fuse-iterations", "--unroll"} & set(argv)

@@ -1,4 +1,4 @@
-"""benchmark/peak_memory.py: one iteration of a copy of a script, its own peak RSS read from its rusage, and the
+"""benchmark/speed/peak_memory.py: one iteration of a copy of a script, its own peak RSS read from its rusage, and the
 float32 size of the observations of the script's own frames."""
 import subprocess
 import sys
@@ -8,7 +8,7 @@ import numpy as np
 
 from benchmark.common import ROOT
 
-sys.path.insert(0, str(ROOT / "benchmark"))
+sys.path.insert(0, str(ROOT / "benchmark" / "speed"))
 import peak_memory  # noqa: E402
 
 
@@ -20,7 +20,7 @@ def test_the_frames_it_sizes_are_the_scripts():
 
 
 def test_one_iteration_reports_the_child_s_peak():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "peak_memory.py"), "--num-envs", "4", "--num-steps",
+    result = subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed" / "peak_memory.py"), "--num-envs", "4", "--num-steps",
                              "16", "--", "--dynamics-every", "0"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     line = [x for x in result.stdout.splitlines() if "peak RSS" in x][-1]

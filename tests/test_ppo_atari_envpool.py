@@ -141,9 +141,9 @@ def test_recipe_scaling_down_halves_minibatches(ppo_atari):
 
 
 def test_recipe_none_keeps_the_flags(ppo_atari):
-    args = ppo_atari.resolve_args(ppo_atari.Args(num_envs=32, num_minibatches=8))
+    args = ppo_atari.resolve_args(ppo_atari.RunArgs(num_envs=32, num_minibatches=8))
     assert (args.batch_size, args.num_minibatches, args.minibatch_size, args.learning_rate) == (4096, 8, 512, 2.5e-4)
-    args = ppo_atari.resolve_args(ppo_atari.Args(num_envs=32, minibatch_size=256, total_timesteps=10_000))
+    args = ppo_atari.resolve_args(ppo_atari.RunArgs(num_envs=32, minibatch_size=256, total_timesteps=10_000))
     assert (args.num_minibatches, args.num_iterations) == (16, 2)
 
 

@@ -134,7 +134,7 @@ def test_observation_normaliser_clips_to_5_std(rnd):
 
 
 def test_defaults_are_cleanrl_ppo_rnd_envpool_but_where_openais_rnd_differs(rnd):
-    args = rnd.resolve_args(rnd.Args())
+    args = rnd.resolve_args(rnd.RunArgs())
     assert (args.num_envs, args.num_steps, args.learning_rate, args.gamma, args.int_gamma) == (128, 128, 1e-4, 0.999, 0.99)
     assert (args.int_coef, args.ext_coef, args.update_proportion, args.num_minibatches) == (1.0, 2.0, 0.25, 4)
     assert (args.update_epochs, args.clip_coef, args.ent_coef, args.num_iterations_obs_norm_init) == (4, 0.1, 0.001, 50)

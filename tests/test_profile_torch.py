@@ -1,4 +1,4 @@
-"""benchmark/profile_torch.py: a real profiled run of ppo_atari_envpool.py, its parts add up to cProfile's total."""
+"""benchmark/speed/profile_torch.py: a real profiled run of ppo_atari_envpool.py, its parts add up to cProfile's total."""
 import json
 import subprocess
 import sys
@@ -10,10 +10,10 @@ import pytest
 from helpers import assert_bad_input
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmark"))
+sys.path.insert(0, str(ROOT / "benchmark" / "speed"))
 import profile_torch  # noqa: E402
 
-TOOL = ROOT / "benchmark" / "profile_torch.py"
+TOOL = ROOT / "benchmark" / "speed" / "profile_torch.py"
 
 
 def test_parts_of_a_real_run_add_up(tmp_path):

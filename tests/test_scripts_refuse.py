@@ -8,17 +8,11 @@ from pathlib import Path
 import pytest
 
 from benchmark.common import load_script, read_only
-from helpers import assert_refused, refusal, run_copy
+from helpers import assert_refused, cli_args, refusal, run_copy
 
-# the JAX scripts share these rules word for word (their appendix, one text in each: its copies are compared elsewhere),
-# so ppo_ewma_jax stands for the three
+# the JAX scripts share these rules word for word (their appendix, one text in each: tests/test_appendix.py compares
+# the copies), so ppo_ewma_jax stands for the three
 SCRIPTS = ["ppo_atari_envpool", "pqn_atari", "ppo_rnd", "ppo_procgen_envpool", "ppo_ewma_jax", "noisy_sgd"]
-
-
-def flags_class(module):
-    """The dataclass a script's command line parses: the JAX scripts' RunArgs (the algorithm's Args and the run's
-    flags), else Args."""
-    return getattr(module, "RunArgs", module.Args)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -26,7 +20,9 @@ def test_a_run_name_with_a_slash_is_refused(script):
     assert_refused(load_script(script), ["--exp-name", "../../escape"], "--exp-name must be a plain name, without '/'")
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+# the exit-2 contract, end to end: one script of each family (the appendix is one text in every script of its family,
+# tests/test_appendix.py), and noisy_sgd, which has none
+@pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_ewma_jax", "noisy_sgd"])
 def test_a_file_named_runs_is_refused(script, tmp_path):
     (tmp_path / "runs").write_text("notes")
     result = run_copy(script, [], tmp_path, timeout=300)
@@ -42,14 +38,14 @@ def test_a_run_name_longer_than_a_file_name_allows_is_refused(script):
     once runs/ existed)."""
     module = load_script(script)
     with pytest.raises(module.BadFlag, match=r"--exp-name must be at most 128 bytes \(.*got 129\)"):
-        module.resolve_args(flags_class(module)(exp_name="\u00e9" * 64 + "a"))  # 129 bytes in UTF-8, 65 characters
+        module.resolve_args(cli_args(module)(exp_name="\u00e9" * 64 + "a"))  # 129 bytes in UTF-8, 65 characters
 
 
 @pytest.mark.parametrize("script", [s for s in SCRIPTS if s != "noisy_sgd"])
 def test_a_budget_past_the_int64_step_count_is_refused(script):
     module = load_script(script)
     with pytest.raises(module.BadFlag, match=r"--total-timesteps must be below 2\^62 \(got 4611686018427387904\)"):
-        module.resolve_args(flags_class(module)(total_timesteps=2**62))
+        module.resolve_args(cli_args(module)(total_timesteps=2**62))
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -135,4 +131,4 @@ def test_a_jax_batch_past_int32_is_refused():
 def test_cuda_graphs_without_a_cuda_device_are_refused(script):
     module = load_script(script)
     with pytest.raises(module.BadFlag, match="--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda"):
-        module.resolve_args(module.Args(cudagraphs=True, cuda=False))
+        module.resolve_args(cli_args(module)(cudagraphs=True, cuda=False))

@@ -1,4 +1,4 @@
-"""benchmark/vs_reference.py, the side-by-side harness, on stand-in reference checkouts of this project's own
+"""benchmark/speed/vs_reference.py, the side-by-side harness, on stand-in reference checkouts of this project's own
 (tests/reference_stand_in: the lines the harness edits, against the old gym/envpool API, so that an unedited copy
 fails): the edits make them run, reference and project alternate, the ratio is the median of per-pair ratios, and
 bad input stops before any run."""
@@ -12,7 +12,7 @@ import pytest
 from benchmark.common import ROOT
 from helpers import assert_bad_input
 
-sys.path.insert(0, str(ROOT / "benchmark"))
+sys.path.insert(0, str(ROOT / "benchmark" / "speed"))
 import vs_reference  # noqa: E402
 
 STAND_IN = ROOT / "tests" / "reference_stand_in"
@@ -20,7 +20,7 @@ TINY = ["--num-envs", "2", "--num-steps", "16", "--total-timesteps", "128"]  # 4
 
 
 def harness(*args, cwd):
-    return subprocess.run([sys.executable, str(ROOT / "benchmark" / "vs_reference.py"), *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, str(ROOT / "benchmark" / "speed" / "vs_reference.py"), *map(str, args)], cwd=cwd,
                           capture_output=True, text=True)
 
 

@@ -74,7 +74,7 @@ MINATAR_PPO=(--hidden-size "$MINATAR_WIDTH" --num-layers 2 --activation relu --l
 
 # SCALE=gpu (claims 2-10; not yet re-sized: the runners outside the claims with gpu settings), sized from
 # throughputs measured on an H200 (2026-11-27, benchmark/results/h200_2026-11-27, `PARTS="sizing locomotion" bash
-# benchmark/gpu_check.sh`); each runner states its GPU-hours as arithmetic from these, one process at a time,
+# benchmark/speed/gpu_check.sh`); each runner states its GPU-hours as arithmetic from these, one process at a time,
 # evaluation left out:
 #   stagnation claims 2-4: ppo_ewma_jax.py on Kinetix locomotion size m at Table 2 (2048 envs x 256 steps, 8 x 32),
 #   5 seeds in one process (STAG_GPU_FLAGS): 723k steps/s over the 5 (1 seed alone: 291k; 16,384 envs: 886k, so two

@@ -1,20 +1,23 @@
 """Peak resident memory of one training iteration of a script (the process and its env threads).
 
-    python benchmark/peak_memory.py --num-envs 1024 --num-steps 128
-    python benchmark/peak_memory.py --num-envs 1024 --num-steps 128 --against 65c60a7 -- --dynamics-every 1
+    python benchmark/speed/peak_memory.py --num-envs 1024 --num-steps 128
+    python benchmark/speed/peak_memory.py --num-envs 1024 --num-steps 128 --against 65c60a7 -- --dynamics-every 1
 
 Runs a copy of the script for exactly one iteration (--total-timesteps = num-envs x num-steps) and
 reads the child's peak RSS from its own rusage (os.wait4); also prints what the observations alone
 would take in float32, as CleanRL stores them. --against REV then runs the script as it was at git
 revision REV the same way, and prints both peaks.
 """
+import sys
 import argparse
 import os
 import platform
 import tempfile
 import time
 
-from common import script_at, start_copy
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import script_at, start_copy  # noqa: E402
 
 
 OBSERVATION = {"ppo_procgen_envpool": 64 * 64 * 3}  # values a frame; the Atari scripts' 4 x 84 x 84 otherwise

@@ -4,7 +4,7 @@
 # the Atari ROMs, the MyoSuite metadata that `import envpool` reads, and an empty vizdoom/maps that it lists.
 # Procgen's 25 MB of assets are left out (the GPU machines seen so far also lack the Qt 5 runtime Procgen needs).
 #
-#   bash benchmark/gpu_envpool_assets.sh [DEST]        then, on the GPU machine: export ENVPOOL_ASSETS_PATH=$PWD/DEST
+#   bash benchmark/speed/gpu_envpool_assets.sh [DEST]        then, on the GPU machine: export ENVPOOL_ASSETS_PATH=$PWD/DEST
 set -euo pipefail
 PY="${PYTHON:-python}"
 DEST="${1:-.gpu/assets/envpool_assets}"

@@ -1,7 +1,7 @@
 """Does envpool's asynchronous API pay in ppo_atari_envpool.py's rollout on this machine? Rollout only, side by side.
 
-    python benchmark/envpool_overlap.py --num-envs 8 --num-steps 128 --pairs 5
-    python benchmark/envpool_overlap.py --num-envs 8 --num-steps 128 --pairs 5 --pool-threads 1 --torch-threads 1
+    python benchmark/speed/envpool_overlap.py --num-envs 8 --num-steps 128 --pairs 5
+    python benchmark/speed/envpool_overlap.py --num-envs 8 --num-steps 128 --pairs 5 --pool-threads 1 --torch-threads 1
 
 The acting half of a PPO iteration (no update) with the script's own Agent, three or four ways, taking turns going
 first:
@@ -18,6 +18,7 @@ same frames' worth of policy forward passes (the asynchronous ways in batches of
 (--pool-threads a pool; 0: envpool's default) and torch's (--torch-threads) share them, which is what decides whether
 an overlap pays.
 """
+import sys
 import argparse
 import json
 import statistics
@@ -26,7 +27,9 @@ import time
 import envpool
 import torch
 
-from common import describe_machine, load_script
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import describe_machine, load_script  # noqa: E402
 
 WAYS = ("sync", "two-pools", "one-pool")
 BASELINES = {"sync": "_ratio", "sync-default": "_default_ratio"}  # the key suffix of a way's ratio to each

@@ -12,10 +12,10 @@ Three measurements, each of a copy of the script run from a temporary directory:
   with --against REV, also of the script as it was at git revision REV, right after in each repeat
   (the order alternating between repeats), and their ratio.
 
-    python benchmark/sfl_steps_per_second.py throughput --env-size s --num-envs 256 --num-steps 64
-    python benchmark/sfl_steps_per_second.py weak-scaling --env-size s --envs-per-device 64 --num-steps 64
-    python benchmark/sfl_steps_per_second.py first-update --env-size s --num-envs 256 -- --sfl-num-candidates 256
-    python benchmark/sfl_steps_per_second.py first-update --against cc2b0cf --repeats 3 -- --sfl-num-candidates 256
+    python benchmark/speed/sfl_steps_per_second.py throughput --env-size s --num-envs 256 --num-steps 64
+    python benchmark/speed/sfl_steps_per_second.py weak-scaling --env-size s --envs-per-device 64 --num-steps 64
+    python benchmark/speed/sfl_steps_per_second.py first-update --env-size s --num-envs 256 -- --sfl-num-candidates 256
+    python benchmark/speed/sfl_steps_per_second.py first-update --against cc2b0cf --repeats 3 -- --sfl-num-candidates 256
 
 Flags after `--` go to the script.
 """
@@ -30,7 +30,9 @@ import time
 
 import numpy as np
 
-from common import (ROOT, jax_machine, load_script, read_tensorboard_run, repeat_and_report, run_dirs, script_at,
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import (ROOT, jax_machine, load_script, read_tensorboard_run, repeat_and_report, run_dirs, script_at,
                     update_wall_times)
 
 SCRIPT = "ppo_kinetix_sfl"

@@ -1,11 +1,11 @@
 """This project's scripts side by side with the ones researchers would otherwise copy, in one run on one machine.
 
-    python benchmark/vs_reference.py --reference ~/src/cleanrl --bench ppo_atari --num-envs 8
-    python benchmark/vs_reference.py --reference ~/src/cleanrl --bench ppo_atari --num-envs 64
-    python benchmark/vs_reference.py --reference ~/src/cleanrl --bench pqn_atari
-    python benchmark/vs_reference.py --reference ~/src/cleanrl --bench ppo_rnd
-    python benchmark/vs_reference.py --reference ~/src/purejaxrl --bench ppo_cartpole_jax
-    python benchmark/vs_reference.py --reference ~/src/purejaxrl --bench ppo_minatar_jax --num-envs 65536 --steady
+    python benchmark/speed/vs_reference.py --reference ~/src/cleanrl --bench ppo_atari --num-envs 8
+    python benchmark/speed/vs_reference.py --reference ~/src/cleanrl --bench ppo_atari --num-envs 64
+    python benchmark/speed/vs_reference.py --reference ~/src/cleanrl --bench pqn_atari
+    python benchmark/speed/vs_reference.py --reference ~/src/cleanrl --bench ppo_rnd
+    python benchmark/speed/vs_reference.py --reference ~/src/purejaxrl --bench ppo_cartpole_jax
+    python benchmark/speed/vs_reference.py --reference ~/src/purejaxrl --bench ppo_minatar_jax --num-envs 65536 --steady
 
 --reference is the user's checkout of CleanRL (github.com/vwxyzjn/cleanrl) or PureJaxRL
 (github.com/luchris429/purejaxrl); nothing of either is in this repository. A copy of the reference
@@ -58,7 +58,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from common import SCRIPTS, describe_machine, read_tensorboard_run, run_dirs, script_at
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import SCRIPTS, describe_machine, read_tensorboard_run, run_dirs, script_at  # noqa: E402
 
 # Text edits a CleanRL envpool script needs on envpool 1.2.5 + gymnasium 1.4 (gym is not installed; envpool's
 # gymnasium API returns (obs, info) from reset and a 5-tuple from step; gymnasium 1.x wrappers no longer forward

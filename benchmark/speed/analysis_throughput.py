@@ -1,6 +1,6 @@
 """How fast, and in how much memory, benchmark/analyze.py reads a grid of the Atari-10 N_envs study's shape.
 
-    python benchmark/analysis_throughput.py --scale 0.0025 0.01 --out /tmp/synthetic
+    python benchmark/speed/analysis_throughput.py --scale 0.0025 0.01 --out /tmp/synthetic
 
 Writes a synthetic grid with the shape of `runners/atari10_nenvs.sh` at the paper's size -- 10 games x 5 seeds x
 (N_envs 1..64 at 128 steps, at a fixed batch of 1024, and 8 envs at 256/512/1024 steps: 16 configs, 800 runs),
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GAMES = ["Amidar-v5", "Bowling-v5", "Frostbite-v5", "KungFuMaster-v5", "Riverraid-v5", "BattleZone-v5", "DoubleDunk-v5",
          "NameThisGame-v5", "Phoenix-v5", "Qbert-v5"]
 PER_ITERATION = ["charts/learning_rate", "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",

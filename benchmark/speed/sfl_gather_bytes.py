@@ -13,7 +13,7 @@ least 1), with the level bytes of --preset-size (Kinetix's size-l level by defau
   winners = K x level bytes                          (psum result; a ring all-reduce moves ~2 (D - 1) / D of it)
   before  = D x min(K, N / D) x level bytes          (the all-gather of every device's local top-K levels it replaced)
 
-    python benchmark/sfl_gather_bytes.py --devices 4
+    python benchmark/speed/sfl_gather_bytes.py --devices 4
 """
 import argparse
 import os
@@ -42,8 +42,9 @@ import numpy as np  # noqa: E402
 from jax.sharding import Mesh  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import jax_machine, load_script  # noqa: E402
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import jax_machine, load_script  # noqa: E402
 
 DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
                "s64": 8, "u64": 8, "f64": 8}

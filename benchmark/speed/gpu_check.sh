@@ -24,7 +24,7 @@
 #               Breakout-MinAtar with 10 seeds packed (the atari10 runners' configs 8 x 128, 32 x 32, 32 x 128), and
 #               jax_steps_per_second.py on locomotion at Table 2 with 5 seeds packed (the stagnation runners')
 #
-#   REFERENCE=~/src/purejaxrl bash benchmark/gpu_check.sh OUT_DIR        (PARTS="minatar locomotion" runs those alone)
+#   REFERENCE=~/src/purejaxrl bash benchmark/speed/gpu_check.sh OUT_DIR        (PARTS="minatar locomotion" runs those alone)
 #
 # Stops before any run unless JAX's default backend is a GPU. REFERENCE is a checkout of PureJaxRL (the device and
 # minatar parts need it; nothing of it is in this repository). PAIRS (default 3) pairs for minatar and torch. Each
@@ -37,7 +37,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 PY="${PYTHON:-python3}"
 "$PY" -c "import jax; assert jax.default_backend() == 'gpu', jax.default_backend()" 2>/dev/null \
   || { echo "gpu_check: JAX's default backend is not a GPU; nothing run" >&2; exit 2; }
-OUT_DIR="${1:?usage: REFERENCE=PATH bash benchmark/gpu_check.sh OUT_DIR}"
+OUT_DIR="${1:?usage: REFERENCE=PATH bash benchmark/speed/gpu_check.sh OUT_DIR}"
 mkdir -p "$OUT_DIR"
 PAIRS="${PAIRS:-3}"
 failed=0

@@ -10,9 +10,10 @@ reports the time from launch to the first logged iteration (mostly compilation).
 training steps/s are summed over the K seeds one process trains (the ratio is one seed's training against the random
 actions of one seed's envs).
 
-    python benchmark/jax_steps_per_second.py --env-size m --num-envs 512 --num-steps 32 --repeats 3
-    python benchmark/jax_steps_per_second.py --env-id ant --num-envs 256 --num-steps 10 --repeats 3
+    python benchmark/speed/jax_steps_per_second.py --env-size m --num-envs 512 --num-steps 32 --repeats 3
+    python benchmark/speed/jax_steps_per_second.py --env-id ant --num-envs 256 --num-steps 10 --repeats 3
 """
+import sys
 import argparse
 import time
 
@@ -21,7 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common import jax_machine, load_script, repeat_and_report, update_wall_times
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import jax_machine, load_script, repeat_and_report, update_wall_times  # noqa: E402
 
 def script_of(env_id):
     """The script that trains env_id: ppo_ewma_jax.py (Kinetix locomotion, gymnax) or ppo_ewma_brax.py (Brax)."""

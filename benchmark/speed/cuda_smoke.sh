@@ -2,7 +2,7 @@
 # Every GPU script of cleanrl_scale/ (all but the numpy-only noisy_sgd.py) for a few iterations on the GPU: the CUDA paths (torch) and the GPU backend (JAX),
 # with the dynamics/ metrics, checkpoints and evaluation on, each a whole process from a fresh directory.
 #
-#   bash benchmark/cuda_smoke.sh [OUT_DIR]            (ONLY="pqn_atari ppo_rnd" bash ... runs those alone)
+#   bash benchmark/speed/cuda_smoke.sh [OUT_DIR]            (ONLY="pqn_atari ppo_rnd" bash ... runs those alone)
 #
 # ONLY="ppo_atari_envpool_compiled pqn_atari_compiled ppo_rnd_compiled ppo_procgen_envpool_compiled" runs the torch
 # scripts with --compile --cudagraphs (not in the default order: each compiles for a minute or more).
@@ -12,7 +12,7 @@
 # or writes no scalars fails the whole command (exit 1) after the others have run. OUT_DIR (default: a temporary
 # directory) keeps each script's log and runs/.
 set -uo pipefail
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 PY="${PYTHON:-python3}"
 
 "$PY" - <<'EOF' || { echo "cuda_smoke: no GPU for torch or JAX; nothing run" >&2; exit 2; }

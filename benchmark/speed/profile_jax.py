@@ -10,8 +10,8 @@ under `jax.profiler.trace` (a perfetto trace), whose device events are summed by
 side, with their share of the side's device time. Host loop, logging and compilation are not in these figures
 (vs_reference.py --steady measures whole processes).
 
-    python benchmark/profile_jax.py --reference ~/src/purejaxrl --num-envs 65536 --json out.json
-    python benchmark/profile_jax.py --num-envs 256 --calls 10 --against 426989b     (a change, side by side)
+    python benchmark/speed/profile_jax.py --reference ~/src/purejaxrl --num-envs 65536 --json out.json
+    python benchmark/speed/profile_jax.py --num-envs 256 --calls 10 --against 426989b     (a change, side by side)
 
 --against REV times the script as it was at a git revision the same way, in the same process (both programs compiled,
 then their calls timed in turn, the first of each round rotating); so do --variant FLAG=VALUE (the script with that
@@ -37,7 +37,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from common import jax_machine, load_script, script_at
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import jax_machine, load_script, script_at  # noqa: E402
 from vs_reference import BENCHES, PUREJAXRL_CONFIG, prepare_reference
 
 

@@ -5,14 +5,17 @@ then with --num-seeds K, the same flags otherwise (every seed trains the same --
 cache off, so both compile cold). Reported: both wall times and their ratio (K seeds' seconds / one seed's; K
 separate runs would take about K times one), the median over repeats.
 
-    python benchmark/seeds_per_second.py --num-seeds 8 --repeats 3 -- --env-id CartPole-v1 --num-envs 16 \\
+    python benchmark/speed/seeds_per_second.py --num-seeds 8 --repeats 3 -- --env-id CartPole-v1 --num-envs 16 \\
         --num-steps 128 --num-minibatches 4 --update-epochs 4 --total-timesteps 262144
 """
+import sys
 import argparse
 import tempfile
 import time
 
-from common import jax_machine, repeat_and_report, run_copy
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import jax_machine, repeat_and_report, run_copy  # noqa: E402
 
 SCRIPT = "ppo_ewma_jax"
 

@@ -6,16 +6,17 @@ iterations and time every iteration from the wall times of its TensorBoard event
 iteration, warm-up, is dropped). Also reports the amortised cost of the dynamics/ metrics: the
 iterations that compute them against those that do not.
 
-    python benchmark/steps_per_second.py --script ppo_atari_envpool --num-envs 8 --repeats 3
-    python benchmark/steps_per_second.py --script ppo_atari_envpool --against a3e64c8   # before/after, side by side
+    python benchmark/speed/steps_per_second.py --script ppo_atari_envpool --num-envs 8 --repeats 3
+    python benchmark/speed/steps_per_second.py --script ppo_atari_envpool --against a3e64c8   # before/after, side by side
 
 --against REV also trains the script as it was at git revision REV, in the same repeat right after
 the current one, and reports the ratio of the two training rates. --variant FLAGS likewise trains the current
 script with FLAGS added, e.g. --variant=--compile: the compiled script beside the eager one (its first iteration,
 which compiles, is dropped as every run's is; charts/first_iteration_seconds has its time).
 
-    python benchmark/steps_per_second.py --script ppo_atari_envpool --iterations 11 --variant=--compile
+    python benchmark/speed/steps_per_second.py --script ppo_atari_envpool --iterations 11 --variant=--compile
 """
+import sys
 import argparse
 import shlex
 import tempfile
@@ -23,7 +24,9 @@ import time
 
 import numpy as np
 
-from common import load_script, read_tensorboard_run, repeat_and_report, run_copy, run_dirs, script_at
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import load_script, read_tensorboard_run, repeat_and_report, run_copy, run_dirs, script_at  # noqa: E402
 
 
 def raw_env_sps(module, env_id, num_envs, calls):

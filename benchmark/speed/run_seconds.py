@@ -6,14 +6,17 @@ seconds are about fixed + steps / rate: reported are rate = (B2 - B1) x seeds / 
 steps a second summed over --num-seeds, and fixed = T1 - B1 x seeds / rate (start-up and compilation). A grid's
 GPU-hours are then runs x (fixed + budget x seeds / rate), per process. The median over repeats.
 
-    python benchmark/run_seconds.py --budgets 1000000 3000000 -- --env-id Breakout-MinAtar --num-envs 8 \\
+    python benchmark/speed/run_seconds.py --budgets 1000000 3000000 -- --env-id Breakout-MinAtar --num-envs 8 \\
         --num-steps 128 --num-seeds 10
 """
+import sys
 import argparse
 import tempfile
 import time
 
-from common import jax_machine, repeat_and_report, run_copy
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import jax_machine, repeat_and_report, run_copy  # noqa: E402
 
 SCRIPT = "ppo_ewma_jax"
 

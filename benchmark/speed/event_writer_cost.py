@@ -1,7 +1,7 @@
 """What a TensorBoard writer costs a JAX script: its import and its writes.
 
-    python benchmark/event_writer_cost.py      # tensorboardX is left out unless installed (pip install tensorboardX==2.6.5)
-    python benchmark/event_writer_cost.py --tags 30 --iterations 2000 --repeats 5
+    python benchmark/speed/event_writer_cost.py      # tensorboardX is left out unless installed (pip install tensorboardX==2.6.5)
+    python benchmark/speed/event_writer_cost.py --tags 30 --iterations 2000 --repeats 5
 
 Three writers of the same scalars, each in a fresh interpreter per repeat:
 - `scripts`: the JAX scripts' own writer (ppo_ewma_jax.py's SummaryWriter): tensorboard's EventFileWriter, every
@@ -20,7 +20,9 @@ import subprocess
 import sys
 import tempfile
 
-from common import describe_machine, read_tensorboard_run
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import describe_machine, read_tensorboard_run  # noqa: E402
 
 IMPORTS = {
     "scripts": "from tensorboard.summary.writer import event_file_writer\n"

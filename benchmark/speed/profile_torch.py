@@ -1,7 +1,7 @@
 """Where a torch Atari script's time goes: one training run under cProfile, its time summed into parts.
 
-    python benchmark/profile_torch.py --script ppo_atari_envpool -- --total-timesteps 32768
-    python benchmark/profile_torch.py --script pqn_atari --json prof.json -- --num-envs 64
+    python benchmark/speed/profile_torch.py --script ppo_atari_envpool -- --total-timesteps 32768
+    python benchmark/speed/profile_torch.py --script pqn_atari --json prof.json -- --num-envs 64
 
 A copy of the script runs from a temporary directory (as every benchmark here runs it) under
 `python -m cProfile`, with the flags after `--`. Every function's own time (cProfile's tottime) goes to
@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse
 
-from common import SCRIPTS, describe_machine, run_copy
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
+from benchmark.common import SCRIPTS, describe_machine, run_copy  # noqa: E402
 
 # the script's own functions, by name, and the part each belongs to (the rest of the script: "training loop")
 SCRIPT_PARTS = {

@@ -2,7 +2,7 @@
 the same flags, one after the other, each alone in a temporary directory, and compares every TensorBoard scalar of
 every run (tag, step, value, to the last bit) but the wall-time ones, and the rows of the hyperparameters text.
 
-    python benchmark/same_numbers.py --script ppo_atari_envpool --revision 4d1e4e7 -- --num-envs 4 --num-steps 32 \\
+    python benchmark/speed/same_numbers.py --script ppo_atari_envpool --revision 4d1e4e7 -- --num-envs 4 --num-steps 32 \\
         --total-timesteps 640
 
 Exit 0 when every number is the same, 1 when one differs (each difference printed), 2 on bad input. A run that
@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmark.common import describe_machine, read_tensorboard_run, run_copy, run_dirs, script_at  # noqa: E402
 
 # wall times, never the same twice
@@ -63,7 +63,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=1800, help="seconds each run may take")
     parser.add_argument("flags", nargs="*", help="the script's flags, after --")
     opts = parser.parse_args()
-    if not (Path(__file__).resolve().parents[1] / "cleanrl_scale" / f"{opts.script}.py").is_file():
+    if not (Path(__file__).resolve().parents[2] / "cleanrl_scale" / f"{opts.script}.py").is_file():
         parser.error(f"--script: no cleanrl_scale/{opts.script}.py")
     revision = subprocess.run(["git", "rev-parse", "--short", opts.revision], capture_output=True, text=True)
     if revision.returncode:
