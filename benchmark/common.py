@@ -1,5 +1,4 @@
 """Helpers shared by the benchmarks and the tests: run a copy of a script, read its TensorBoard logs."""
-import contextlib
 import filecmp
 import importlib.util
 import json
@@ -57,30 +56,6 @@ def start_copy(name, args, workdir, capture=True, extra_env=None, source=None, p
                             stdout=pipe, stderr=pipe, text=True)
 
 
-@contextlib.contextmanager
-def read_only(directory):
-    """`directory` unwritable while the block runs, root included: for root (whom permissions do not stop) a read-only
-    bind mount of it, else its write bits off. Skips the calling test where root cannot mount."""
-    import pytest
-
-    directory = str(directory)
-    if os.geteuid() != 0:
-        mode = os.stat(directory).st_mode
-        os.chmod(directory, 0o555)
-        try:
-            yield
-        finally:
-            os.chmod(directory, mode)
-        return
-    if subprocess.run(["mount", "--bind", directory, directory], capture_output=True).returncode:
-        pytest.skip("root without mount(8) here: no way to make a directory unwritable for root")
-    try:
-        subprocess.run(["mount", "-o", "remount,bind,ro", directory], check=True, capture_output=True)
-        yield
-    finally:
-        subprocess.run(["umount", directory], check=True)
-
-
 def finish(process, timeout=None):
     """Wait for a started copy: a CompletedProcess (killed at `timeout`, as subprocess.run does)."""
     try:
@@ -89,20 +64,6 @@ def finish(process, timeout=None):
         process.kill()
         raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-def refusal(module, flags, **checks):
-    """What a script's flag checks say of `flags` (the line it prints after "error: "), or None if they pass: the rule
-    tested in this process, without a subprocess's imports (one subprocess per script tests the exit-2 contract).
-    `checks`: resolve_args's own keywords (ppo_kinetix_sfl's num_devices)."""
-    import tyro
-
-    args = tyro.cli(cli_args(module), args=[str(flag) for flag in flags])
-    try:
-        module.resolve_args(args, **checks)
-    except module.BadFlag as e:
-        return str(e)
-    return None
 
 
 def run_copy(name, args, workdir, timeout=None, capture=True, extra_env=None, source=None, python_flags=()):

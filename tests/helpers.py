@@ -1,5 +1,8 @@
 """What the tests share: running a copy of a script and reading its logs (benchmark/common.py's, re-exported), the
-bad-input rule, the coverage states' checks, a reference GAE, and the module fixtures that train."""
+bad-input rule (a script's flag checks in this process, a directory made unwritable), the coverage states' checks, a reference GAE, and the module fixtures that train."""
+import contextlib
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -8,7 +11,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmark.common import cli_args, finish, load_script, read_tensorboard_run, refusal, run_copy, run_dirs, start_copy  # noqa: E402,F401
+from benchmark.common import cli_args, finish, load_script, read_tensorboard_run, run_copy, run_dirs, start_copy  # noqa: E402,F401
 
 # what the torch PPO scripts (ppo_atari_envpool, ppo_procgen_envpool) log every iteration, and their dynamics/ tags
 PPO_EVERY_ITERATION = ["losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",
@@ -144,3 +147,39 @@ def checkpoint_change(run_dir, network, first, last):
 
     nets = [torch.load(Path(run_dir) / "checkpoints" / f"iter_{i}.pt", weights_only=False)[network] for i in (first, last)]
     return {name: (nets[1][name] - nets[0][name]).double().flatten() for name in nets[1]}
+
+
+def refusal(module, flags, **checks):
+    """What a script's flag checks say of `flags` (the line it prints after "error: "), or None if they pass: the rule
+    tested in this process, without a subprocess's imports (one subprocess per script tests the exit-2 contract).
+    `checks`: resolve_args's own keywords (ppo_kinetix_sfl's num_devices)."""
+    import tyro
+
+    args = tyro.cli(cli_args(module), args=[str(flag) for flag in flags])
+    try:
+        module.resolve_args(args, **checks)
+    except module.BadFlag as e:
+        return str(e)
+    return None
+
+
+@contextlib.contextmanager
+def read_only(directory):
+    """`directory` unwritable while the block runs, root included: for root (whom permissions do not stop) a read-only
+    bind mount of it, else its write bits off. Skips the calling test where root cannot mount."""
+    directory = str(directory)
+    if os.geteuid() != 0:
+        mode = os.stat(directory).st_mode
+        os.chmod(directory, 0o555)
+        try:
+            yield
+        finally:
+            os.chmod(directory, mode)
+        return
+    if subprocess.run(["mount", "--bind", directory, directory], capture_output=True).returncode:
+        pytest.skip("root without mount(8) here: no way to make a directory unwritable for root")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", directory], check=True, capture_output=True)
+        yield
+    finally:
+        subprocess.run(["umount", directory], check=True)

@@ -21,7 +21,7 @@ import scipy.stats
 import submitit
 
 from benchmark import analyze, configs, coverage_metric, events, launch, stats
-from benchmark.common import read_only
+from helpers import read_only
 from helpers import shared_runs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.common import load_script, read_only
-from helpers import assert_refused, cli_args, refusal, run_copy
+from helpers import assert_refused, cli_args, load_script, read_only, refusal, run_copy
 
 # the JAX scripts share these rules word for word (their appendix, one text in each: tests/test_appendix.py compares
 # the copies), so ppo_ewma_jax stands for the three
