@@ -37,8 +37,17 @@ def load_script(name):
 
 def cli_args(module):
     """The dataclass a script's command line fills: its RunArgs (the algorithm's Args and the run's flags, from its
-    appendix), or Args for a script without an appendix."""
+    appendix; a JAX script's command_line() hides the run flags it does not use), or Args for a script without one."""
+    if hasattr(module, "command_line"):
+        return module.command_line()
     return getattr(module, "RunArgs", module.Args)
+
+
+def script_flags(module):
+    """The fields of a script's command line that are its flags (a JAX script's UNUSED_RUN_FLAGS are not)."""
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(cli_args(module))} - set(getattr(module, "UNUSED_RUN_FLAGS", ()))
 
 
 def start_copy(name, args, workdir, capture=True, extra_env=None, source=None, python_flags=()):

@@ -77,7 +77,7 @@ from filelock import FileLock, Timeout
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "cleanrl_scale"
 sys.path.insert(0, str(ROOT))
-from benchmark.common import NON_IDENTITY, cli_args, load_script  # noqa: E402
+from benchmark.common import NON_IDENTITY, cli_args, load_script, script_flags  # noqa: E402
 
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
 PACKABLE = ("ppo_ewma_jax", "ppo_ewma_brax")  # scripts whose --num-seeds trains seeds --seed.. in one process, a run each
@@ -797,7 +797,7 @@ def main(argv=None):
     if opts.slurm_nodes * opts.slurm_tasks_per_node > 1:
         if not opts.slurm:
             fail("--slurm-nodes/--slurm-tasks-per-node: a run of several processes is launched with --slurm")
-        if "distributed" not in {f.name for f in dataclasses.fields(cli_args(script_module(opts.script)))}:
+        if "distributed" not in script_flags(script_module(opts.script)):
             fail(f"--slurm-nodes/--slurm-tasks-per-node: {opts.script}.py runs in one process (it has no --distributed)")
     opts.out_dir = os.path.abspath(opts.out_dir)
     opts.store = os.path.abspath(opts.store or os.path.join(opts.out_dir, "runs"))

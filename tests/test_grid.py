@@ -888,3 +888,15 @@ def test_analysis_streams_a_synthetic_grid(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(result.stdout[result.stdout.index("{"):])["rows"]
     assert rows[0]["records"] > 10000 and rows[0]["records_per_s"] > 0  # and every record was read (checked inside)
+
+
+@pytest.mark.parametrize("script", ["ppo_ewma_jax", "ppo_ewma_brax", "ppo_atari_envpool"])
+def test_a_run_of_several_processes_is_refused_for_a_script_of_one_process(script, tmp_path, capsys):
+    """The JAX scripts share one appendix whose RunArgs holds the distributed flags, which only the SFL script uses (its
+    UNUSED_RUN_FLAGS are none of the others' flags): a multi-process launch of another script is refused up front."""
+    with pytest.raises(SystemExit) as stopped:
+        launch.main(["--script", script, "--out-dir", str(tmp_path / "out"), "--slurm", "--slurm-cluster", "local",
+                     "--slurm-tasks-per-node", "2"])
+    assert stopped.value.code == 2
+    assert f"{script}.py runs in one process (it has no --distributed)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
