@@ -693,7 +693,8 @@ def train(args, run):
     evaluate, hyper = jax.jit(jax.vmap(evaluate)), hyperparameters(args)  # hyper: traced, one program for their values
     slots = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
     locomotion = args.env_id == "locomotion" and args.eval_every
-    train_call, evaluation = run.compile(lambda: train_call.lower(*shapes, slots, slots, hyper).compile(),
+    # the programs compile on other threads (each lambda holds its own function: the names are rebound to Futures here)
+    train_call, evaluation = run.compile(lambda f=train_call: f.lower(*shapes, slots, slots, hyper).compile(),
                                          lambda: locomotion and evaluate.lower(shapes[0].params, shapes[1], eval_keys).compile())
     stamp = int(time.time())
     run.start([f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds], schedule)
@@ -716,7 +717,7 @@ def train(args, run):
 # The flags of a run (not of the algorithm) and their generic rules, the scaling recipes' arithmetic, checkpoints,
 # signals, logs, the host's schedule of fused calls, compilation on other threads and its cache, several processes, the
 # entry point. What differs from script to script it reads off the page above by name: Args, ITERATION, FLAG_RULES,
-# UNUSED_RUN_FLAGS, STRUCTURAL_FLAGS, DROPPED_FLAGS, check_args, call_ends, logged_metrics, train.
+# UNUSED_RUN_FLAGS, STRUCTURAL_FLAGS, DROPPED_FLAGS, check_args, call_ends, logged_metrics, train, ewma_beta.
 import copy
 import json
 import re
@@ -766,12 +767,12 @@ class RunArgs(Args):
     # Speed
     fuse_iterations: int = 0
     """iterations per jitted call (scanned, their metrics fetched once); 0: as many as fill 32,768 transitions of all
-    seeds on a CPU, 2,097,152 on a GPU or TPU; a call also ends at each evaluation and checkpoint (a script whose loop
-    calls one update at a time takes 0 only)"""
+    seeds on a CPU, 2,097,152 on a GPU or TPU; a call also ends at each checkpoint, and at each evaluation where the
+    script evaluates"""
     unroll: int = 0
     """steps of the rollout, GAE and minibatch scans unrolled (lax.scan's `unroll`; the same computation, float
     rounding aside); 0: 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
-    transitions, else 1 (a script whose scans are not unrolled takes 0 only)"""
+    transitions, else 1"""
     compile_cache: bool = True
     """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
     a rerun, a resumed run or a grid point with the same shapes and flags skips compilation (--no-compile-cache or
@@ -1117,7 +1118,7 @@ def restore_checkpoint(path, target):
     meta, leaves = read_checkpoint(path)
     expected, treedef = jax.tree.flatten(target)
     if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
-        raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
+        raise BadFlag(f"--resume {path} does not match this run's state: its network, environment or buffer (array shapes differ)")
     return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"], meta.get("train_seconds", 0.0)
 
 
@@ -1230,15 +1231,16 @@ class Run:
         self.progress = tqdm(total=args.num_iterations * args.batch_size * len(names), unit="step", unit_scale=True,
                              initial=self.global_step * len(names), dynamic_ncols=True, disable=not self.lead)
 
-    def begin(self, *compiling):
+    def begin(self, *compiling, since=None):
         """Training starts: the compiled programs (every process waits for the others'); a signal from now on stops the
-        run after the running call, with a checkpoint."""
+        run after the running call, with a checkpoint. The clock (charts/SPS, charts/train_seconds) starts now, or at
+        `since` (a time.time() of work done before, training's own)."""
         programs = [future.result() for future in compiling]
         barrier("programs ready")
         if self.stop.signum is not None and not self.stop.together:  # its raise was lost (a gc callback ignores it)
             raise self.stop
         self.stop.training = True
-        self.start_time = self.logged_time = time.time()
+        self.start_time = self.logged_time = time.time() if since is None else since
         self.start_step = self.global_step
         return programs
 

@@ -876,14 +876,17 @@ def train(args, run):
     if jax.process_count() > 1:
         compiled_update.result()
     barrier("set up")
+    started = time.time()  # training's clock counts the SFL buffers, and the first one's wait for the update's compile
     for first, last, _ in run.calls():  # one update a call
         if (first - 1) % args.sfl_update_period == 0:
             buffer = sfl_update(shared, replicate(jax.random.fold_in(k_sfl, first)))
             p = host(buffer.success_rates)
             run.write([{"sfl/mean_learnability": (p * (1 - p)).mean(), "sfl/buffer_solve_rate": p.mean()}])
         if first == run.start_iteration + 1:
-            (update,) = run.begin(compiled_update)
-        shared, metrics = update(shared, buffer, hyper)
+            (update,) = run.begin(compiled_update, since=started)
+        # one update a call, waited for: a signal during it stops the run after it (fetched while the next one ran, it
+        # would stop the run one update later)
+        shared, metrics = jax.block_until_ready(update(shared, buffer, hyper))
         run.log(first, last, partial(lambda metrics: [[jax.tree.map(host, metrics)]], metrics))
         if run.due(args.eval_every):
             handmade_names, eval_levels = evaluation_set()
@@ -897,7 +900,7 @@ def train(args, run):
 # The flags of a run (not of the algorithm) and their generic rules, the scaling recipes' arithmetic, checkpoints,
 # signals, logs, the host's schedule of fused calls, compilation on other threads and its cache, several processes, the
 # entry point. What differs from script to script it reads off the page above by name: Args, ITERATION, FLAG_RULES,
-# UNUSED_RUN_FLAGS, STRUCTURAL_FLAGS, DROPPED_FLAGS, check_args, call_ends, logged_metrics, train.
+# UNUSED_RUN_FLAGS, STRUCTURAL_FLAGS, DROPPED_FLAGS, check_args, call_ends, logged_metrics, train, ewma_beta.
 import copy
 import json
 import re
@@ -947,12 +950,12 @@ class RunArgs(Args):
     # Speed
     fuse_iterations: int = 0
     """iterations per jitted call (scanned, their metrics fetched once); 0: as many as fill 32,768 transitions of all
-    seeds on a CPU, 2,097,152 on a GPU or TPU; a call also ends at each evaluation and checkpoint (a script whose loop
-    calls one update at a time takes 0 only)"""
+    seeds on a CPU, 2,097,152 on a GPU or TPU; a call also ends at each checkpoint, and at each evaluation where the
+    script evaluates"""
     unroll: int = 0
     """steps of the rollout, GAE and minibatch scans unrolled (lax.scan's `unroll`; the same computation, float
     rounding aside); 0: 4 on a GPU or TPU where a call holds several iterations of a batch below 2,097,152
-    transitions, else 1 (a script whose scans are not unrolled takes 0 only)"""
+    transitions, else 1"""
     compile_cache: bool = True
     """keep compiled programs in JAX's persistent cache ($JAX_COMPILATION_CACHE_DIR, else ~/.cache/cleanrl-scale/jax):
     a rerun, a resumed run or a grid point with the same shapes and flags skips compilation (--no-compile-cache or
@@ -1298,7 +1301,7 @@ def restore_checkpoint(path, target):
     meta, leaves = read_checkpoint(path)
     expected, treedef = jax.tree.flatten(target)
     if len(leaves) != len(expected) or any(a.shape != b.shape or a.dtype != b.dtype for a, b in zip(leaves, expected)):
-        raise BadFlag(f"--resume {path} does not match this network and environment (array shapes differ)")
+        raise BadFlag(f"--resume {path} does not match this run's state: its network, environment or buffer (array shapes differ)")
     return jax.tree.unflatten(treedef, leaves), meta["iteration"], meta["global_step"], meta.get("train_seconds", 0.0)
 
 
@@ -1411,15 +1414,16 @@ class Run:
         self.progress = tqdm(total=args.num_iterations * args.batch_size * len(names), unit="step", unit_scale=True,
                              initial=self.global_step * len(names), dynamic_ncols=True, disable=not self.lead)
 
-    def begin(self, *compiling):
+    def begin(self, *compiling, since=None):
         """Training starts: the compiled programs (every process waits for the others'); a signal from now on stops the
-        run after the running call, with a checkpoint."""
+        run after the running call, with a checkpoint. The clock (charts/SPS, charts/train_seconds) starts now, or at
+        `since` (a time.time() of work done before, training's own)."""
         programs = [future.result() for future in compiling]
         barrier("programs ready")
         if self.stop.signum is not None and not self.stop.together:  # its raise was lost (a gc callback ignores it)
             raise self.stop
         self.stop.training = True
-        self.start_time = self.logged_time = time.time()
+        self.start_time = self.logged_time = time.time() if since is None else since
         self.start_step = self.global_step
         return programs
 
