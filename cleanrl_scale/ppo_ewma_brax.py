@@ -134,7 +134,7 @@ class Args:
     with the numbers it would have alone"""
 
 
-# ---- Flag rules (the generic ones, and RunArgs' run flags: in the appendix); what a checkpoint holds
+# ---- Flag rules (the generic ones, and RunArgs' run flags: below, in the run's plumbing); what a checkpoint holds
 BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 ITERATION = "iteration"  # what the logs call one rollout and update
@@ -150,7 +150,7 @@ FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
     (f"must be one of {', '.join(ACTIVATIONS)}", lambda v: v in ACTIVATIONS, ("activation",)),
     (f"must be one of {', '.join(BRAX_BACKENDS)}", lambda v: v in BRAX_BACKENDS, ("brax_backend",)),
 )
-# run flags of the appendix this script does not use: given, they are refused
+# RunArgs' run flags this script does not use: given, they are refused
 UNUSED_RUN_FLAGS = dict.fromkeys(("distributed", "coordinator_address", "num_processes", "process_id", "num_devices"),
                                  "it trains on one device of one process")
 # a checkpoint holds the runner state (parameters, optimiser, EWMA, Brax's states with the normalisation statistics,
@@ -667,7 +667,7 @@ def make_train(args, env):
     return init, fuse(jax.jit(update)), schedule
 
 
-# ---- The host side: for each call, train its iterations of every seed, log them (the plumbing: Run, in the appendix)
+# ---- The host side: for each call, train its iterations of every seed, log them (the plumbing: Run, below)
 def logged_metrics(args, metrics):
     """One iteration's {tag: value} of one run as logged: the episodes that ended, as means; the DDR (§4.4)."""
     episodes, ret_sum, len_sum = (metrics.pop(k) for k in ("episodes", "episode_return_sum", "episode_length_sum"))

@@ -122,7 +122,7 @@ class Args:
     with the numbers it would have alone"""
 
 
-# ---- Flag rules (the generic ones, and RunArgs' run flags: in the appendix); what a checkpoint holds
+# ---- Flag rules (the generic ones, and RunArgs' run flags: below, in the run's plumbing); what a checkpoint holds
 ENV_SIZES = ("s", "m", "l")
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 ITERATION = "iteration"  # what the logs call one rollout and update
@@ -138,7 +138,7 @@ FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
     (f"must be one of {', '.join(ACTIVATIONS)}", lambda v: v in ACTIVATIONS, ("activation",)),
     (f"must be one of {', '.join(ENV_SIZES)}", lambda v: v in ENV_SIZES, ("env_size",)),
 )
-# run flags of the appendix this script does not use: given, they are refused
+# RunArgs' run flags this script does not use: given, they are refused
 UNUSED_RUN_FLAGS = dict.fromkeys(("distributed", "coordinator_address", "num_processes", "process_id", "num_devices"),
                                  "it trains on one device of one process")
 # Kinetix locomotion's own flags, at their defaults: another env has no use for them, and refuses a value given
@@ -643,7 +643,7 @@ def make_train(args, env):
     return init, fuse(jax.jit(update), operands=1), evaluate, schedule
 
 
-# ---- The host side: for each call, train its iterations of every seed, log them (the plumbing: Run, in the appendix)
+# ---- The host side: for each call, train its iterations of every seed, log them (the plumbing: Run, below)
 def logged_metrics(args, metrics):
     """One iteration's {tag: value} of one run as logged: the episodes that ended, as means; the DDR (§4.4)."""
     episodes, ret_sum, len_sum, solved = (metrics.pop(k) for k in ("episodes", "episode_return_sum", "episode_length_sum",

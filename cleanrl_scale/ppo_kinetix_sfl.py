@@ -152,7 +152,7 @@ class Args:
     """b of the hybrid recipe: minibatch size x b, lr x sqrt(b), minibatches x k/b (required with hybrid)"""
 
 
-# ---- Flag rules (the generic ones, and RunArgs' run flags: in the appendix); what a checkpoint holds
+# ---- Flag rules (the generic ones, and RunArgs' run flags: below, in the run's plumbing); what a checkpoint holds
 ITERATION = "update"  # what the logs call one rollout and update
 FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold (the preset's: after it fills them)
     ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size",
@@ -168,7 +168,7 @@ FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold (
     (f"must be one of {', '.join(ENV_SIZES)}", lambda v: v in ENV_SIZES, ("env_size",)),
     (f"must be one of {', '.join(SFL_PRESETS)}", lambda v: v in SFL_PRESETS, ("sfl_preset",)),
 )
-# run flags of the appendix this script does not use: given, they are refused
+# RunArgs' run flags this script does not use: given, they are refused
 UNUSED_RUN_FLAGS = {"fuse_iterations": "its loop calls one update at a time (SFL's buffer is refreshed between them)",
                     "unroll": "its scans are not unrolled"}
 # a checkpoint holds the training state (parameters, optimiser, EWMA, rng: every env starts afresh each update) and the
@@ -805,7 +805,7 @@ def over_devices(init, update, sfl_update, evaluate, mesh):
 
 
 
-# ---- The host side: SFL's buffer every T updates, the update, its logs, evaluations (the plumbing: Run, in the appendix)
+# ---- The host side: SFL's buffer every T updates, the update, its logs, evaluations (the plumbing: Run, below)
 def logged_metrics(args, metrics):
     """One update's {tag: value} as logged: the episodes that ended, as means; the DDR (§4.4)."""
     episodes, ret_sum, solved = (metrics.pop(k) for k in ("episodes", "episode_return_sum", "episodes_solved"))

@@ -123,7 +123,7 @@ class Args:
     """states of the batch the exact KL (losses/approx_kl, charts/ddr) is averaged over (0: the whole batch)"""
 
 
-# The flag rules of this script (the appendix adds the rules every script shares); check_args the ones a table can't say
+# The flag rules of this script (the run's plumbing below adds those every script shares); check_args the rest
 RULES = {
     "must be positive": ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes",
                          "num_iterations_obs_norm_init", "learning_rate", "clip_coef", "max_grad_norm"),

@@ -107,7 +107,7 @@ class Args:
     multiple that gives about 20 saves in the run)"""
 
 
-# The flag rules of this script (the appendix adds the rules every script shares); check_args the ones a table can't say
+# The flag rules of this script (the run's plumbing below adds those every script shares); check_args the rest
 RULES = {
     "must be positive": ("num_envs", "num_steps", "update_epochs", "total_timesteps", "dynamics_batch", "eval_episodes",
                          "learning_rate", "max_grad_norm"),

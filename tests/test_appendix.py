@@ -13,7 +13,8 @@ FAMILIES = {
     "torch": ["ppo_atari_envpool", "ppo_procgen_envpool", "ppo_rnd", "pqn_atari"],
     "jax": ["ppo_ewma_jax", "ppo_ewma_brax", "ppo_kinetix_sfl"],
 }
-MARKER = re.compile(r"^# ==== appendix", re.M)
+# the appendix starts at the first comment at column 0 that names it (its marked line: "# ==== appendix ...")
+MARKER = re.compile(r"^#.*\bappendix\b", re.M)
 LONGEST_FUNCTION = 220  # lines of a top part's longest function (PureJaxRL's make_train is 212, CleanRL's loop 193)
 # what a copied script's new owner does not have: this repository's folders and the other scripts
 REPOSITORY_FILES = re.compile(r"\b(docs|benchmark|tests|cleanrl_scale)/|\b(" + "|".join(
