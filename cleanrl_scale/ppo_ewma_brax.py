@@ -28,6 +28,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple, Optional
 
+# XLA's C++ log quiet below FATAL: its CPU loader calls each program loaded from the compilation cache one built for
+# another machine, 3 KB lines that read as a crash (a tuning preference taken for a CPU feature, openxla/xla issue
+# 44565); XLA's errors still raise. TF_CPP_MIN_LOG_LEVEL=0 shows its log (1, unset: JAX's default, as a parent process
+# that imported JAX passes it on)
+if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1") == "1":
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -173,9 +180,7 @@ def check_args(args, num_devices=None):
     previous = mujoco.get_mju_user_warning()
     mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
     try:
-        with warnings.catch_warnings():  # Brax's notice that it is no longer maintained: said once, by make_env
-            warnings.simplefilter("ignore")
-            import_brax_envs().get_environment(args.env_id, backend=args.brax_backend)
+        import_brax_envs().get_environment(args.env_id, backend=args.brax_backend)
     except ValueError as e:
         raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
     finally:
@@ -243,7 +248,10 @@ class BraxState(NamedTuple):
 
 def import_brax_envs():
     """brax.envs, imported on first use, without the "Failed to import warp" lines MuJoCo's MJX prints to stdout when
-    the optional warp package is absent (Brax's own backends do not use it)."""
+    the optional warp package is absent (Brax's own backends do not use it), nor the UserWarning each environment's
+    construction gives that Brax is no longer maintained (the docs say so once; a start prints nothing that reads as
+    an error)."""
+    warnings.filterwarnings("ignore", message="Brax System, piplines and environments are not actively being maintained")
     with contextlib.redirect_stdout(io.StringIO()):
         from brax import envs
     return envs
@@ -727,9 +735,13 @@ def train(args, run):
 # signals, logs, the host's schedule of fused calls, compilation on other threads and its cache, several processes, the
 # entry point. What differs from script to script it reads off the page above by name: Args, ITERATION, FLAG_RULES,
 # UNUSED_RUN_FLAGS, STRUCTURAL_FLAGS, DROPPED_FLAGS, check_args, call_ends, logged_metrics, train, ewma_beta.
+import contextlib
 import copy
+import glob
+import io
 import json
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -824,6 +836,53 @@ def command_line():
 
 class BadFlag(ValueError):
     """A flag value that breaks a rule; reported as one line, exit status 2."""
+
+
+def parse_command_line():
+    """The flags (command_line()), read by tyro. What tyro refuses (an unknown flag, a value not of the flag's type, a
+    missing value) is a BadFlag too: tyro draws a box of 5-10 lines on stderr, taken apart here into one line."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            args = tyro.cli(command_line())
+    except SystemExit as e:
+        if e.code != 2:  # --help
+            raise
+        raise BadFlag(one_line(said.getvalue())) from None
+    sys.stderr.write(said.getvalue())  # tyro's warnings, if any
+    return args
+
+
+def one_line(box):
+    """tyro's error box as one line: its message, the flag it suggests; a run flag this script does not take, its why."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", box).splitlines()]  # no colours
+    if any(line.startswith("╭") for line in lines):  # drawn in UTF-8 (stdout's encoding): the title in the top border
+        rows = [line.strip("│").strip() for line in lines if line.startswith("│")]
+    else:  # in ASCII: the title, a rule, the rows
+        rows = [line for line in lines if line][1:]
+    sections = [[]]
+    for row in rows:
+        if row and set(row) <= {"─", "-"}:
+            sections.append([])
+        else:
+            sections[-1].append(row)
+    sections = [section for section in sections if section]
+    message = " ".join(sections[0]).strip() if sections else box.strip()
+    if message.startswith("Unrecognized options: "):
+        for name, why in UNUSED_RUN_FLAGS.items():
+            if re.search(rf"(^|[ ,]){re.escape(flag(name))}(=|,|$)", message[len("Unrecognized options: "):]):
+                return f"{flag(name)} does not apply to this script: {why}"
+    typed = re.match(r"Error parsing (--\S+): (invalid literal for int\(\)|could not convert string to float).*: (\S+)$", message)
+    if typed:
+        return f"{typed[1]} must be {'an integer' if 'int' in typed[2] else 'a number'} (got {typed[3]})"
+    missing = re.match(r"Missing value for argument '(--\S+)'", message)
+    if missing:
+        return f"{missing[1]} needs a value; see --help"
+    for section in sections[1:]:
+        if section and section[0].startswith("Perhaps you meant"):
+            meant = [row.split()[0] for row in section[1:] if row.startswith("--")]
+            message += f" (perhaps {' or '.join(meant)})" if meant else ""
+    return message + "; see --help"
 
 
 def flag(name):
@@ -957,7 +1016,7 @@ def resolve_batch(args):
 def check_resume(args):
     """--resume: a checkpoint of this script, of the same structural flags, before the run's last iteration."""
     if not os.path.isfile(args.resume):
-        raise BadFlag(f"--resume {args.resume}: no such file")
+        raise BadFlag(no_checkpoint_at(args.resume))
     try:
         meta, _ = read_checkpoint(args.resume)
         missing = [key for key in ("iteration", "global_step", "args") if key not in meta]
@@ -978,6 +1037,15 @@ def check_resume(args):
     if meta["iteration"] >= args.num_iterations:
         raise BadFlag(f"--resume {args.resume} is at {ITERATION} {meta['iteration']}, not before the last "
                       f"({args.num_iterations}); raise --total-timesteps")
+
+
+def no_checkpoint_at(path):
+    """Why --resume names no checkpoint: no such file, or a directory (and the newest checkpoint under it)."""
+    if not os.path.isdir(path):
+        return f"--resume {path}: no such file"
+    found = sorted((name for pattern in ("", "checkpoints", "*/checkpoints", "runs/*/checkpoints")
+                    for name in glob.glob(os.path.join(glob.escape(path), pattern, "iter_*.npz"))), key=os.path.getmtime)
+    return f"--resume {path} is a directory: name a checkpoint file" + (f", such as {found[-1]}" if found else " (none is in it)")
 
 
 def hyperparameters(args):
@@ -1059,7 +1127,7 @@ def over_seeds(update, num_seeds, operands=0):
 def call_metrics(scalars, tags, measure, active):
     """A call's stacked metrics on the host, as Run.log takes them: per active iteration, each run's {tag: value}, the
     dynamics/ ones where measured. The call's own buffer whole: an indexing op would queue behind the running call."""
-    scalars = jax.device_get(scalars)
+    scalars = jax.device_get(ready(scalars))
     return [[{tag: value for tag, value in zip(tags, scalars[s, i].tolist()) if measure[i] or not tag.startswith("dynamics/")}
              for s in range(len(scalars))] for i in np.flatnonzero(active)]
 
@@ -1089,10 +1157,19 @@ class SummaryWriter:
         self.file.close()
 
 
+def ready(tree):
+    """`tree`, once every array in it is computed: waited for in short sleeps, where a signal's handler runs at once (in
+    jax.device_get or block_until_ready this thread sits in XLA, and Python runs the handler only when the wait ends)."""
+    for x in jax.tree.leaves(tree):
+        while isinstance(x, jax.Array) and not x.is_ready():
+            time.sleep(0.01)
+    return tree
+
+
 def host(x):
     """This process's copy of an array on one device or replicated on several (all of it; works across hosts, unlike
-    device_get)."""
-    return np.asarray(x.addressable_data(0)) if isinstance(x, jax.Array) else np.asarray(x)
+    device_get), once computed (ready)."""
+    return np.asarray(ready(x).addressable_data(0)) if isinstance(x, jax.Array) else np.asarray(x)
 
 
 def read_checkpoint(path):
@@ -1133,28 +1210,34 @@ def restore_checkpoint(path, target):
 
 class Stop(BaseException):  # not an Exception: no `except Exception` (a library's, ours) may swallow it
     """SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at the end of the running call, with
-    a checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second Ctrl-C aborts at once. Before the first
-    call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA; with
-    several processes (`together`) it waits for the first call instead, where every process agrees to stop (one that
-    left alone would leave the others waiting at a barrier, until JAX ends them for a lost task)."""
+    a checkpoint and a line naming --resume (exit 75; 130 for Ctrl-C); a second signal with a Ctrl-C among the two
+    aborts at once (the logs flushed, the last checkpoint named). Each signal prints a line as it arrives. Before the
+    first call there is nothing to save: the signal raises this at once, and the process exits without waiting for XLA;
+    with several processes (`together`) it waits for the first call instead, where every process agrees to stop (one
+    that left alone would leave the others waiting at a barrier, until JAX ends them for a lost task)."""
 
     def __init__(self):
         super().__init__()
         self.signum, self.training, self.together, self.checkpoint, self.compiling = None, False, False, None, []
-        self.ctrl_c = False
+        self.ctrl_c, self.aborted, self.writers, self.eta = False, False, [], lambda: None
         for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(signum, self.handle)
 
     def handle(self, signum, frame):
-        again, self.ctrl_c = self.ctrl_c and signum == signal.SIGINT, self.ctrl_c or signum == signal.SIGINT
-        if not (self.training or self.together) or again:  # a second Ctrl-C aborts, whatever signal came first
-            self.signum = signum
+        again = self.signum is not None and (self.ctrl_c or signum == signal.SIGINT)
+        self.ctrl_c = self.ctrl_c or signum == signal.SIGINT
+        name = signal.Signals(signum).name
+        if not (self.training or self.together) or again:  # a second signal with a Ctrl-C among them aborts
+            self.signum, self.aborted = signum, again
             raise self
         self.signum = self.signum or signum
+        seconds = self.eta()  # a line at once, written straight to the descriptor (a print here could land inside one)
+        os.write(2, (f"\n{name} received: stopping after the running call, with a checkpoint"
+                     + (f", in about {seconds:.0f} s" if seconds is not None else "") + "; a Ctrl-C aborts at once\n").encode())
 
     @property
     def exit_status(self):
-        return 128 + signal.SIGINT if self.signum == signal.SIGINT else REQUEUE
+        return 128 + signal.SIGINT if self.ctrl_c else REQUEUE
 
 
 def in_background(*fns):
@@ -1195,8 +1278,10 @@ class Run:
         self.start_iteration, self.global_step, self.train_seconds = 0, 0, 0.0
         self.writers, self.names, self.pending, self.stopping, self.last = [], [], None, False, 0
         self.recent_returns = deque(maxlen=20)
-        # iterations a call may take (CALL_SECONDS): before a call is measured, as many as the default fills
-        self.call_iterations = min(args.fuse_iterations, filling_iterations(args))
+        # iterations a call may take (CALL_SECONDS): one until a call is measured (two calls run before the first is
+        # measured, and a stop waits for both), then as many as fit
+        self.call_iterations, self.per_iteration = 1, None
+        stop.eta = self.seconds_to_stop
 
     def restore(self, target):
         """The state of the --resume checkpoint (host arrays, checked against target's shapes); the run goes on from its
@@ -1233,6 +1318,7 @@ class Run:
                 wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=flags,
                            name=names[0], save_code=True)
             self.writers = [SummaryWriter(f"runs/{name}") for name in names]
+            self.stop.writers = self.writers  # flushed by an abort
             for i, writer in enumerate(self.writers):
                 writer.add_text("hyperparameters", "|param|value|\n|-|-|\n%s" % "\n".join(
                     f"|{key}|{args.seed + i if key == 'seed' else value}|" for key, value in flags.items()))
@@ -1250,7 +1336,7 @@ class Run:
             raise self.stop
         self.stop.training = True
         self.start_time = self.logged_time = time.time() if since is None else since
-        self.start_step = self.global_step
+        self.start_step, self.flushed = self.global_step, self.start_iteration
         return programs
 
     def calls(self):
@@ -1274,6 +1360,12 @@ class Run:
                           f"resume with --resume {self.stop.checkpoint}")
                 return
 
+    def seconds_to_stop(self):
+        """About how long the calls in flight have left (None until a call is measured)."""
+        if self.per_iteration is None:
+            return None
+        return max(0.0, self.logged_time + self.per_iteration * (self.last - self.flushed) - time.time())
+
     def due(self, every):
         """Whether the call that just ran ends a period of `every` iterations (or the run)."""
         return bool(every) and (self.last % every == 0 or self.last == self.args.num_iterations)
@@ -1281,7 +1373,8 @@ class Run:
     def log(self, first, last, rows):
         """Log iterations first..last of the call just dispatched: `rows()`, a list per iteration of each run's {tag:
         value}, is fetched while the next call computes (JAX dispatches asynchronously), or now where this call ends at
-        an evaluation, checkpoint, stop or the run's end. A signal (to any process) stops every one after this call."""
+        an evaluation, checkpoint, stop or the run's end, or is the first or a long one. A signal (to any process) stops
+        every one after this call."""
         if self.pending:
             self.flush()
         self.pending = (first, last, rows)
@@ -1289,7 +1382,10 @@ class Run:
         if jax.process_count() > 1:  # several processes: they agree on it
             stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
         self.stopping = stopping
-        if stopping or last == self.args.num_iterations or any(self.due(every) for every in self.ends):
+        # fetched now, too, where the next call would not start before this one ends anyway (the first call, or a call
+        # longer than CALL_SECONDS): a stop then waits for the running call only
+        long = self.per_iteration is None or self.per_iteration * (last - first + 1) > CALL_SECONDS
+        if stopping or long or last == self.args.num_iterations or any(self.due(every) for every in self.ends):
             self.flush()
 
     def flush(self):
@@ -1311,8 +1407,8 @@ class Run:
                 metrics["charts/SPS"] = int((self.global_step - self.start_step) / seconds)
                 metrics["charts/train_seconds"] = self.train_seconds + seconds  # wall-clock x
                 writer.add_scalars(metrics, self.global_step)
-        per_iteration = (now - self.logged_time) / n
-        self.call_iterations = min(args.fuse_iterations, max(1, int(CALL_SECONDS / max(per_iteration, 1e-9))))
+        self.per_iteration, self.flushed = (now - self.logged_time) / n, last
+        self.call_iterations = min(args.fuse_iterations, max(1, int(CALL_SECONDS / max(self.per_iteration, 1e-9))))
         self.logged_time = now
         self.progress.update(args.batch_size * len(self.names) * n)
         self.progress.set_postfix(sps=int(len(self.names) * (self.global_step - self.start_step) / (now - self.start_time)),
@@ -1355,18 +1451,35 @@ class Run:
 def use_compile_cache(args):
     """JAX's persistent compilation cache: $JAX_COMPILATION_CACHE_DIR, else the user's cache directory. Set before
     anything compiles (checking the flags builds some envs): JAX settles the cache at its first compilation. With
-    --distributed too: every process waits for the others before a program's first collective (barrier)."""
+    --distributed too: every process waits for the others before a program's first collective (barrier). Returns the
+    outermost directory of it that does not exist yet (None: all do), for a refusal to take away again."""
     if not args.compile_cache or os.environ.get("JAX_ENABLE_COMPILATION_CACHE", "").lower() in ("0", "false"):
         jax.config.update("jax_enable_compilation_cache", False)  # JAX itself would follow $JAX_COMPILATION_CACHE_DIR
-        return
+        return None
     default = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cleanrl-scale", "jax")
-    jax.config.update("jax_compilation_cache_dir", os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
+    path = os.path.abspath(os.environ.get("JAX_COMPILATION_CACHE_DIR", default))
+    jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the update, init and evaluation programs
+    new = None
+    while not os.path.exists(path):
+        new, path = path, os.path.dirname(path)
+    return new
+
+
+def take_away(new):
+    """Remove the directory use_compile_cache made, if no program was written in it (a refused run writes nothing;
+    JAX's size-bounded cache makes its .lockfile first)."""
+    if new and os.path.isdir(new) and not any(set(files) - {".lockfile"} for _, _, files in os.walk(new)):
+        shutil.rmtree(new, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    args = tyro.cli(command_line())
-    use_compile_cache(args)
+    try:
+        args = parse_command_line()
+    except BadFlag as e:
+        print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    made = use_compile_cache(args)
     stop = Stop()
     try:
         check_run_flags(args)
@@ -1386,18 +1499,22 @@ if __name__ == "__main__":
         check_runs_directory()
         status = train(args, Run(args, stop))
     except BadFlag as e:
+        take_away(made)
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except (Exception, Stop) as e:  # stopped before the first call or by a second Ctrl-C, or an error
+    except (Exception, Stop) as e:  # stopped before the first call or aborted by a second signal, or an error
         if isinstance(e, Stop):
             resume = stop.checkpoint or args.resume
-            print(f"stopped by signal {e.signum} ({'a second Ctrl-C' if stop.training else f'before the first {ITERATION}'}); "
+            for writer in stop.writers:  # what was logged up to the abort
+                writer.close()
+            print(f"stopped by signal {e.signum} ({'aborted: a second signal' if e.aborted else f'before the first {ITERATION}'}); "
                   + (f"resume with --resume {resume}" if resume else "nothing saved: rerun the command"))
             status = e.exit_status
         else:
             traceback.print_exc()
             status = 1
-        if any(not future.done() for future in stop.compiling):  # exit now: not when XLA finishes compiling
+        # exit now: not when XLA finishes compiling, or the running call (an abort)
+        if any(not future.done() for future in stop.compiling) or isinstance(e, Stop) and e.aborted:
             sys.stdout.flush(), sys.stderr.flush()
             os._exit(status)
     sys.exit(status)

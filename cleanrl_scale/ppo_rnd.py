@@ -542,11 +542,17 @@ def main(args):
         for _ in range(args.num_iterations_obs_norm_init):
             frames = []  # each step's newest frame, copied: a view would keep envpool's whole 4-frame array alive
             for _ in range(args.num_steps):
+                run.check(envs)
                 next_obs, _, _, _, info = envs.step(np.random.randint(0, num_actions, size=(args.num_envs,)))
                 frames.append(torch.as_tensor(next_obs[:, 3:4].copy(), device=device))
             obs_rms.update(frames)
             del frames
     global_step = run.global_step
+
+    def normalisers():  # the running statistics a checkpoint holds
+        return {"obs": (obs_rms.mean, obs_rms.var, obs_rms.count),
+                "reward": (reward_rms.mean, reward_rms.var, reward_rms.count),
+                "reward_filter": discounted_reward.rewems, "rooms": sorted(rooms)}
 
     def policy(x):  # the rollout's forward pass
         action, logprob, _, value_ext, value_int, logits = agent.get_action_and_value(x)
@@ -595,6 +601,7 @@ def main(args):
     next_obs = torch.as_tensor(next_obs, device=device)
     next_done = torch.zeros(args.num_envs, device=device)
     for iteration in range(run.start_iteration + 1, args.num_iterations + 1):
+        run.mark(iteration, global_step, agent=agent, rnd_model=rnd_model, optimizer=optimizer, normalisers=normalisers())
         if args.anneal_lr:
             frac = 1.0 - (iteration - 1.0) / args.num_iterations
             if compiled:
@@ -604,6 +611,7 @@ def main(args):
 
         rollout_stats = obs_rms.stats()
         for step in range(0, args.num_steps):
+            run.check(envs)  # a signal that cannot wait for the iteration's end
             global_step += args.num_envs
             obs[step] = next_obs
             dones[step] = next_done
@@ -653,6 +661,7 @@ def main(args):
             np.random.shuffle(b_inds)
             epoch_inds = torch.as_tensor(b_inds, device=device)  # one copy to the device per epoch, not per minibatch
             for start in range(0, args.batch_size, args.minibatch_size):
+                run.check(envs)
                 mb_inds = epoch_inds[start : start + args.minibatch_size]
                 mask = (torch.rand(args.minibatch_size, device=device) < args.update_proportion).float()  # eager's RNG
                 mb_stats = minibatch_gradient(mb_inds, mask, update_stats, batch)
@@ -683,11 +692,7 @@ def main(args):
         run.log(global_step, logged, rooms=len(rooms) if room_byte is not None else "-")
 
         if run.checkpoint_due(iteration):
-            normalisers = {"obs": (obs_rms.mean, obs_rms.var, obs_rms.count),
-                           "reward": (reward_rms.mean, reward_rms.var, reward_rms.count),
-                           "reward_filter": discounted_reward.rewems, "rooms": sorted(rooms)}
-            run.checkpoint(iteration, global_step, agent=agent, rnd_model=rnd_model, optimizer=optimizer,
-                           normalisers=normalisers)
+            run.checkpoint(iteration, global_step, agent=agent, rnd_model=rnd_model, optimizer=optimizer, normalisers=normalisers())
         run.stop_if_signalled(iteration, envs)
         if iteration == args.reset_envs_at:  # what a resume from this iteration's checkpoint does
             envs.close()
@@ -716,8 +721,15 @@ def main(args):
 # CHECKPOINT_MUST_MATCH, NOT_LEARNING, main, and Args, whose fields this text reads: seed, env_id, num_envs, num_steps,
 # total_timesteps, learning_rate, num_minibatches, minibatch_size, the scaling recipe's, dynamics_every, dynamics_batch,
 # coverage_samples and coverage_every.
+import copy
+import glob
+import io
+
 REQUEUE = 75  # exit status after a signalled stop that left a checkpoint: "requeue me" (EX_TEMPFAIL)
 RECIPES = ("none", "more-minibatches", "bigger-minibatch", "bigger-minibatch-sqrt-lr", "hybrid")
+# a signal stops the run at the end of the iteration if that comes within this many seconds (judged by the iteration
+# before), else at once with the checkpoint of the iteration's start: Slurm sends SIGKILL 30 s after SIGTERM by default
+STOP_SECONDS = 10.0
 
 
 @dataclass
@@ -883,10 +895,62 @@ def check_runs_directory():
         raise BadFlag(f"cannot write {os.path.abspath('runs')}: start the run from a directory you can write")
 
 
+def parse_command_line():
+    """The flags (RunArgs), read by tyro. What tyro refuses (an unknown flag, a value not of the flag's type, a missing
+    value) is a BadFlag too: tyro draws a box of 5-10 lines on stderr, taken apart here into one line."""
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            args = tyro.cli(RunArgs)
+    except SystemExit as e:
+        if e.code != 2:  # --help
+            raise
+        raise BadFlag(one_line(said.getvalue())) from None
+    sys.stderr.write(said.getvalue())  # tyro's warnings, if any
+    return args
+
+
+def one_line(box):
+    """tyro's error box as one line: its message, naming the flag, and the flags it suggests."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", box).splitlines()]  # no colours
+    if any(line.startswith("╭") for line in lines):  # drawn in UTF-8 (stdout's encoding): the title in the top border
+        rows = [line.strip("│").strip() for line in lines if line.startswith("│")]
+    else:  # in ASCII: the title, a rule, the rows
+        rows = [line for line in lines if line][1:]
+    sections = [[]]
+    for row in rows:
+        if row and set(row) <= {"─", "-"}:
+            sections.append([])
+        else:
+            sections[-1].append(row)
+    sections = [section for section in sections if section]
+    message = " ".join(sections[0]).strip() if sections else box.strip()
+    typed = re.match(r"Error parsing (--\S+): (invalid literal for int\(\)|could not convert string to float).*: (\S+)$", message)
+    if typed:
+        return f"{typed[1]} must be {'an integer' if 'int' in typed[2] else 'a number'} (got {typed[3]})"
+    missing = re.match(r"Missing value for argument '(--\S+)'", message)
+    if missing:
+        return f"{missing[1]} needs a value; see --help"
+    for section in sections[1:]:
+        if section and section[0].startswith("Perhaps you meant"):
+            meant = [row.split()[0] for row in section[1:] if row.startswith("--")]
+            message += f" (perhaps {' or '.join(meant)})" if meant else ""
+    return message + "; see --help"
+
+
+def no_checkpoint_at(path):
+    """Why --resume names no checkpoint: no such file, or a directory (and the newest checkpoint under it)."""
+    if not os.path.isdir(path):
+        return f"--resume {path}: no such file"
+    found = sorted((name for pattern in ("", "checkpoints", "*/checkpoints", "runs/*/checkpoints")
+                    for name in glob.glob(os.path.join(glob.escape(path), pattern, "iter_*.pt"))), key=os.path.getmtime)
+    return f"--resume {path} is a directory: name a checkpoint file" + (f", such as {found[-1]}" if found else " (none is in it)")
+
+
 def load_checkpoint(path, args=None):
     """The dict Run.checkpoint wrote, or BadFlag; with `args`, BadFlag too unless this run may continue from it."""
     if not os.path.isfile(path):
-        raise BadFlag(f"--resume {path}: no such file")
+        raise BadFlag(no_checkpoint_at(path))
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)  # our own file: RNG states are Python objects
     except Exception as e:
@@ -936,13 +1000,20 @@ def accelerate(args, device, forward, targets, minibatch_gradient, optimizer_ste
 
 class Run:
     """One run's plumbing: its name and directory, seeds and device, TensorBoard (and wandb), the progress bar,
-    signals, checkpoints and resume. SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run at
-    the end of the iteration with a checkpoint and exit 75 (Ctrl-C: 130); a second Ctrl-C aborts at once."""
+    signals, checkpoints and resume.
+
+    SIGTERM, SIGUSR1 (Slurm's pre-timeout signal) and a first Ctrl-C stop the run with a checkpoint and a line naming
+    --resume, exit 75 (Ctrl-C: 130): at the end of the iteration if that comes within STOP_SECONDS, else at once (the
+    page calls run.check() in its loops) with the checkpoint of the iteration's start, kept in memory (mark); the
+    running iteration is then trained again on resume. A line is printed as a signal arrives; a second signal with a
+    Ctrl-C among the two aborts at once (the logs flushed, the last checkpoint named)."""
 
     def __init__(self, args, describe):
-        self.args, self.signals, self.stopping = args, [], False
+        self.args, self.signals, self.stopping, self.now = args, [], False, False
+        self.iteration, self.iteration_started, self.iteration_seconds, self.boundary, self.progress = 0, None, None, None, None
         for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(signum, self.on_signal)
+        Run.current = self  # for the entry point's abort
         self.name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
         self.dir = f"runs/{self.name}"
         self.resumed = load_checkpoint(args.resume) if args.resume else None
@@ -969,9 +1040,45 @@ class Run:
         self.start_iteration, self.global_step, self.last_checkpoint = 0, 0, args.resume
 
     def on_signal(self, signum, frame):
-        if signum == signal.SIGINT and signal.SIGINT in self.signals:
-            raise KeyboardInterrupt
+        again = bool(self.signals) and (signum == signal.SIGINT or signal.SIGINT in self.signals)
         self.signals.append(signum)
+        if again:
+            raise KeyboardInterrupt  # unwinds to the entry point, which flushes the logs and exits
+        left = None if self.iteration_seconds is None else self.iteration_started + self.iteration_seconds - time.time()
+        self.now = left is None or left > STOP_SECONDS
+        if not self.now:
+            when = f"at the end of iteration {self.iteration} (in about {max(left, 0):.0f} s), with a checkpoint"
+        elif self.boundary is None and not self.last_checkpoint:
+            when = "now; nothing is saved before the first iteration ends"
+        else:
+            when = f"now, with the checkpoint of iteration {self.iteration - 1} (iteration {self.iteration} is trained again on resume)"
+        # written straight to the descriptor: a print here could land inside another one
+        os.write(2, f"\n{signal.Signals(signum).name} received: stopping {when}; a Ctrl-C aborts at once\n".encode())
+
+    def mark(self, iteration, global_step, **state):
+        """Iteration `iteration` starts: what its checkpoint would hold is kept (copied, unless a checkpoint of the
+        iteration before is on disk), for a stop that cannot wait for the iteration's end; its time is measured."""
+        now = time.time()
+        if self.iteration_started is not None:
+            self.iteration_seconds = now - self.iteration_started
+        self.iteration, self.iteration_started = iteration, now
+        written = self.last_checkpoint and self.last_checkpoint.endswith(f"/iter_{iteration - 1}.pt")
+        self.boundary = None if written or iteration - 1 == self.start_iteration and not self.args.resume else \
+            copy.deepcopy(self.state(iteration - 1, global_step, **state))
+
+    def check(self, envs):
+        """In the page's loops: after a signal that cannot wait for the iteration's end, stop now (mark's checkpoint)."""
+        if self.now:
+            if self.boundary is not None:
+                self.write_checkpoint(self.boundary)
+            if self.progress is not None:
+                self.progress.close()
+            last = self.last_checkpoint
+            print(f"stopped by signal {self.signals[0]} during iteration {self.iteration}; "
+                  + (f"resume with --resume {last}" if last else "nothing saved: rerun the command"))
+            self.writer.close()
+            envs.close()
+            sys.exit(128 + signal.SIGINT if signal.SIGINT in self.signals else REQUEUE)
 
     def restore(self, **objects):
         """Load a --resume checkpoint into the named modules and optimisers, with the counters and every RNG: the
@@ -1050,15 +1157,22 @@ class Run:
         every = self.args.save_every
         return self.stopping or bool(every and (iteration % every == 0 or iteration == self.args.num_iterations))
 
-    def checkpoint(self, iteration, global_step, **state):
-        """runs/<run>/checkpoints/iter_<iteration>.pt: the named modules' and optimisers' state dicts, the other
-        entries as given, the counters, the flags and every RNG; written to a temporary name, then renamed."""
+    def state(self, iteration, global_step, **state):
+        """What a checkpoint holds: the named modules' and optimisers' state dicts, the other entries as given, the
+        counters, the flags and every RNG."""
         state = {name: value.state_dict() if hasattr(value, "state_dict") else value for name, value in state.items()}
         state.update({"iteration": iteration, "global_step": global_step, "recent_returns": list(self.recent_returns),
                       "args": vars(self.args), "script": os.path.basename(__file__),
                       "rng": {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                               "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None}})
-        directory = f"{self.dir}/checkpoints"
+        return state
+
+    def checkpoint(self, iteration, global_step, **state):
+        """runs/<run>/checkpoints/iter_<iteration>.pt: state(...), written to a temporary name, then renamed."""
+        self.write_checkpoint(self.state(iteration, global_step, **state))
+
+    def write_checkpoint(self, state):
+        directory, iteration = f"{self.dir}/checkpoints", state["iteration"]
         path = f"{directory}/iter_{iteration}.pt"
         os.makedirs(directory, exist_ok=True)
         torch.save(state, f"{path}.tmp")
@@ -1075,7 +1189,7 @@ class Run:
             print(f"stopped by signal {self.signals[0]} after iteration {iteration}; resume with --resume {self.last_checkpoint}")
             self.writer.close()
             envs.close()
-            sys.exit(128 + signal.SIGINT if self.signals[0] == signal.SIGINT else REQUEUE)
+            sys.exit(128 + signal.SIGINT if signal.SIGINT in self.signals else REQUEUE)
 
     def save_states(self, records, **describe):
         """Coverage records of this iteration, appended to runs/<run>/coverage.bin."""
@@ -1106,11 +1220,20 @@ def append_coverage(run_dir, records, **describe):
 
 
 if __name__ == "__main__":
-    args = tyro.cli(RunArgs)
     try:
+        args = parse_command_line()
         resolve_args(args)
         check_runs_directory()
     except BadFlag as e:
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
-    main(args)
+    try:
+        main(args)
+    except KeyboardInterrupt:  # a second signal with a Ctrl-C among them (or a Ctrl-C before the run had set up)
+        run = getattr(Run, "current", None)
+        last = run and run.last_checkpoint
+        if run:
+            run.writer.close()  # what was logged up to the abort
+        print(f"stopped by signal {signal.SIGINT} (aborted); " + (f"resume with --resume {last}" if last else "nothing saved: rerun the command"))
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(128 + signal.SIGINT)

@@ -215,10 +215,12 @@ def test_bad_flags_are_refused_by_the_flag_checks(ewma, flags, message):
 def test_bad_input_exits_2_with_one_line_before_compute(tmp_path):
     """As a user meets it: exit status 2, one line, nothing written. Halfcheetah's model makes MuJoCo warn, which it
     writes to ./MUJOCO_LOG.TXT unless told otherwise; MJX prints "Failed to import warp" without the optional package."""
-    result = run_copy(SCRIPT, ["--env-id", "halfcheetah", "--num-envs", "7"], tmp_path)
+    cache = tmp_path / "cache" / "jax"  # the compilation cache it would have used: not made for a refused run
+    result = run_copy(SCRIPT, ["--env-id", "halfcheetah", "--num-envs", "7"], tmp_path,
+                      extra_env={"JAX_COMPILATION_CACHE_DIR": str(cache)})
     assert_bad_input(result, tmp_path, "--num-minibatches 32 must be positive and divide the batch 70")
     assert "Failed to import" not in result.stdout
-    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists() and not (tmp_path / "cache").exists()
 
 
 # ---- real Brax runs ----------------------------------------------------------------------------------

@@ -606,8 +606,6 @@ def test_a_fused_run_logs_every_iteration_in_order(tmp_path):
     (["--env-id", "NoSuchEnv-v0"], "--env-id must be `locomotion` or a gymnax id such as CartPole-v1"),
     (["--env-id", "ant"], "Brax's continuous control: the Brax script"),
     (["--env-id", "Pendulum-v1"], "gymnax's continuous-action envs are not supported (the Brax script"),
-    (["--distributed"], "--distributed does not apply to this script: it trains on one device of one process"),
-    (["--num-devices", "2"], "--num-devices does not apply to this script"),
     (["--env-id", "CartPole-v1", "--env-size", "s"], "--env-size applies to --env-id locomotion only"),
     (["--env-id", "CartPole-v1", "--num-morphologies", "8"], "--num-morphologies applies to --env-id locomotion only"),
     (["--env-id", "CartPole-v1", "--eval-every", "0"], "--eval-every applies to --env-id locomotion only"),
@@ -625,8 +623,29 @@ def test_bad_flags_are_refused_by_the_flag_checks(ewma, flags, message):
 
 
 def test_bad_input_exits_2_with_one_line_before_compute(tmp_path):
-    """The contract the cases above rest on, as a user meets it: exit status 2, one line, nothing written."""
+    """The contract the cases above rest on, as a user meets it: exit status 2, one line, nothing written; a value
+    tyro cannot read too (tyro itself draws a box of several lines)."""
     assert_bad_input(run_script(["--clip-coef", "1"], tmp_path), tmp_path, "--clip-coef must lie in (0, 1)")
+    assert_bad_input(run_script(["--num-envs", "abc"], tmp_path), tmp_path, "--num-envs must be an integer (got 'abc')")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--num-envs", "abc"], "--num-envs must be an integer (got 'abc')"),
+    (["--num-envs", "1e10"], "--num-envs must be an integer (got '1e10')"),
+    (["--learning-rate", "fast"], "--learning-rate must be a number (got 'fast')"),
+    (["--num-envs"], "--num-envs needs a value; see --help"),
+    (["--num-env", "3"], "Unrecognized options: --num-env, 3 (perhaps --base-num-envs or --num-envs); see --help"),
+    (["--no-such-flag"], "Unrecognized options: --no-such-flag; see --help"),
+    (["--distributed"], "--distributed does not apply to this script: it trains on one device of one process"),
+    (["--num-devices", "2"], "--num-devices does not apply to this script: it trains on one device of one process"),
+])
+def test_what_tyro_cannot_read_is_one_line(ewma, monkeypatch, capsys, argv, message):
+    """A malformed flag (not a flag of this script, a value not of its type, no value) is a BadFlag whose line names
+    it, and tyro's box is not printed; the multi-process flags only the SFL script takes say why."""
+    monkeypatch.setattr(sys, "argv", ["ppo_ewma_jax.py", *argv])
+    with pytest.raises(ewma.BadFlag) as refused:
+        ewma.parse_command_line()
+    assert str(refused.value) == message and capsys.readouterr().err == ""
 
 
 # --num-seeds: a 3-seed run and the lone run of its middle seed, 16 iterations, checkpoints at 8 and 16
@@ -689,6 +708,14 @@ def test_the_compile_cache_is_on_unless_turned_off(tmp_path):
                           extra_env={"JAX_COMPILATION_CACHE_DIR": str(cache), **env})
         assert result.returncode == 0, result.stderr[-3000:]
         assert (cache.exists() and any(cache.iterdir())) == (name == "on"), name
+        if name == "on":  # a start whose programs come from the cache says nothing that reads as an error (XLA's CPU
+            # loader logged 4 lines of ~3 KB "could lead to execution errors such as SIGILL" on this AMD EPYC)
+            again = run_copy(SCRIPT, flags + ["--env-id", env_id], tmp_path / "again", timeout=900,
+                             extra_env={"JAX_COMPILATION_CACHE_DIR": str(cache)})
+            assert again.returncode == 0, again.stderr[-3000:]
+            said = [line for line in again.stderr.replace("\r", "\n").splitlines() if line.strip() and "step/s" not in line
+                    and not re.search(r"\d+(\.\d+)?[kM]?/\d", line)]  # the progress bar's lines
+            assert not said, said
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -723,6 +750,14 @@ def test_a_checkpoint_of_an_older_version_is_still_this_scripts(ewma, tmp_path):
         ewma.resolve_args(ewma.RunArgs(**flags, resume=str(tmp_path / "other.npz")))
 
 
+def test_resume_of_a_directory_names_a_checkpoint_in_it(ewma, cartpole_checkpoint, tmp_path):
+    run_dir = cartpole_checkpoint.parent.parent
+    assert_refused(ewma, ["--env-id", "CartPole-v1", "--resume", run_dir],
+                   f"--resume {run_dir} is a directory: name a checkpoint file, such as {run_dir}/checkpoints/")
+    assert_refused(ewma, ["--env-id", "CartPole-v1", "--resume", tmp_path],
+                   f"--resume {tmp_path} is a directory: name a checkpoint file (none is in it)")
+
+
 def test_resume_from_a_file_that_is_not_a_checkpoint_is_refused(ewma, tmp_path):
     (tmp_path / "notes.npz").write_text("not a checkpoint")
     assert_refused(ewma, ["--env-id", "CartPole-v1", "--resume", tmp_path / "notes.npz"], "is not a checkpoint of this script")
@@ -735,7 +770,7 @@ def test_restore_checks_every_array_shape(ewma, cartpole_checkpoint):
     assert (iteration, step) == (1, 32) and all(np.array_equal(a, b) for a, b in zip(restored, leaves))
     assert seconds == meta["train_seconds"] > 0  # the training clock, carried on
     target[0] = jax.ShapeDtypeStruct((leaves[0].shape[0] + 1,) + leaves[0].shape[1:], leaves[0].dtype)
-    with pytest.raises(ewma.BadFlag, match="does not match this network"):
+    with pytest.raises(ewma.BadFlag, match="does not match this run's state"):
         ewma.restore_checkpoint(cartpole_checkpoint, target)
 
 
@@ -750,9 +785,10 @@ LONG_CARTPOLE = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 2000)]
     ([signal.SIGUSR1, signal.SIGTERM], None, 75),  # Slurm's pre-timeout signal, then its SIGTERM: stop at the boundary
     ([signal.SIGINT], None, 130),
     ([signal.SIGINT, signal.SIGINT], 1, 130),
-    ([signal.SIGTERM, signal.SIGINT], None, 75),  # a first Ctrl-C after a SIGTERM: still the boundary
-    ([signal.SIGTERM, signal.SIGINT, signal.SIGINT], 2, 130),  # a second Ctrl-C aborts whatever came first
-    ([signal.SIGUSR1, signal.SIGINT, signal.SIGUSR1, signal.SIGINT], 3, 130),
+    ([signal.SIGTERM, signal.SIGINT], 1, 130),  # a second signal with a Ctrl-C among the two aborts
+    ([signal.SIGINT, signal.SIGTERM], 1, 130),
+    ([signal.SIGUSR1, signal.SIGINT], 1, 130),
+    ([signal.SIGUSR1, signal.SIGTERM, signal.SIGTERM], None, 75),  # a scheduler's signals alone never abort
 ])
 def test_the_stop_handler_of_the_jax_scripts_while_training(ewma, signals, aborts_at, status):
     """The JAX scripts' Stop (their appendix's, one text in each) as its handler sees the signals once training runs:
@@ -795,6 +831,9 @@ def test_a_signal_stops_at_a_call_boundary_with_a_checkpoint_that_resumes(tmp_pa
     assert [p.name for p in checkpoints] == [f"iter_{i}.npz" for i in range(max(5, iteration - 10), iteration + 1, 5)]
     assert f"stopped by signal {int(signum)} after iteration {iteration}; resume with --resume runs/{checkpoint.parent.parent.name}/checkpoints/{checkpoint.name}" in result.stdout
     assert "Traceback" not in result.stderr
+    name = signal.Signals(signum).name  # the line at the signal's arrival, before the stop
+    assert f"{name} received: stopping after the running call, with a checkpoint" in result.stderr
+    assert "a Ctrl-C aborts at once" in result.stderr
     if signum == signal.SIGINT:
         return
     flags = SMALL_CARTPOLE + ["--total-timesteps", str(512 * (iteration + 2)), "--resume", checkpoint]
@@ -815,7 +854,7 @@ def test_a_second_ctrl_c_aborts_the_running_call(tmp_path):
         time.sleep(0.2)
     result = finish(process, 300)
     assert result.returncode == 130, result.stderr[-3000:]
-    assert f"(a second Ctrl-C); resume with --resume runs/{checkpoint.parent.parent.name}/checkpoints/iter_400.npz" in result.stdout
+    assert f"(aborted: a second signal); resume with --resume runs/{checkpoint.parent.parent.name}/checkpoints/iter_400.npz" in result.stdout
     assert [p.name for p in checkpoint.parent.iterdir()] == ["iter_400.npz"]
 
 
@@ -823,7 +862,7 @@ def test_a_second_ctrl_c_aborts_the_running_call(tmp_path):
 def test_a_raised_fuse_iterations_still_stops_within_seconds_of_a_signal(tmp_path, ewma):
     """--fuse-iterations 20000, the whole run one program (a minute or more of calls on this CPU): a call still takes
     only the iterations that fit CALL_SECONDS, so training logs while it runs (one call would log only at the end) and a
-    SIGTERM stops it within two calls, with a checkpoint (the bound leaves room for a CPU shared with other tests)."""
+    SIGTERM stops it within two calls, with a checkpoint, within the 30 s of Slurm's KillWait."""
     flags = SMALL_CARTPOLE + ["--total-timesteps", str(512 * 20_000), "--fuse-iterations", "20000"]
     process = start_copy(SCRIPT, flags, tmp_path)
     run_dir = wait_for_file(process, tmp_path, "runs/*/events.out.tfevents.*").parent
@@ -836,7 +875,7 @@ def test_a_raised_fuse_iterations_still_stops_within_seconds_of_a_signal(tmp_pat
     assert result.returncode == 75, result.stderr[-3000:]
     iteration = int(re.search(r"stopped by signal 15 after iteration (\d+); resume with --resume \S+", result.stdout)[1])
     assert iteration < 20_000 and (run_dir / f"checkpoints/iter_{iteration}.npz").is_file()
-    assert (took := time.time() - signalled) < 4 * ewma.CALL_SECONDS + 40, f"stopped {took:.0f} s after the signal"
+    assert (took := time.time() - signalled) < 30, f"stopped {took:.0f} s after the signal"  # Slurm's KillWait
 
 
 @pytest.mark.usefixtures("default_compile")
@@ -850,7 +889,8 @@ def test_a_signal_while_compiling_exits_at_once_without_waiting_for_xla(tmp_path
     result = finish(process, 300)
     assert result.returncode == 75, result.stderr[-3000:]
     assert "stopped by signal 15 (before the first iteration); nothing saved: rerun the command" in result.stdout
-    assert time.time() - signalled < 10 and not list(tmp_path.glob("runs/*/checkpoints"))
+    # within the 30 s every stop keeps (Slurm's KillWait); alone on 2 cores it takes a few seconds
+    assert time.time() - signalled < 30 and not list(tmp_path.glob("runs/*/checkpoints"))
 
 
 # ---- learning, end to end, resume -------------------------------------------------------------------

@@ -131,3 +131,39 @@ def test_cuda_graphs_without_a_cuda_device_are_refused(script):
     module = load_script(script)
     with pytest.raises(module.BadFlag, match="--cudagraphs captures CUDA graphs: it needs a CUDA device and --cuda"):
         module.resolve_args(cli_args(module)(cudagraphs=True, cuda=False))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--num-envs", "abc"], "--num-envs must be an integer (got 'abc')"),
+    (["--learning-rate", "fast"], "--learning-rate must be a number (got 'fast')"),
+    (["--num-steps"], "--num-steps needs a value; see --help"),
+    (["--no-such-flag", "3"], "Unrecognized options: --no-such-flag, 3; see --help"),
+])
+def test_what_tyro_cannot_read_is_one_line_in_a_torch_script(argv, message, monkeypatch, capsys):
+    """A malformed flag: a BadFlag naming it (tyro draws a box of several lines); ppo_ewma_jax's test covers the JAX
+    appendix's copy of the same function."""
+    module = load_script("ppo_atari_envpool")
+    monkeypatch.setattr("sys.argv", ["ppo_atari_envpool.py", *argv])
+    with pytest.raises(module.BadFlag) as refused:
+        module.parse_command_line()
+    assert str(refused.value) == message and capsys.readouterr().err == ""
+
+
+def test_a_malformed_flag_exits_2_with_one_line(tmp_path):
+    result = run_copy("ppo_atari_envpool", ["--num-envs", "1e10"], tmp_path, timeout=300)
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines == ["ppo_atari_envpool.py: error: --num-envs must be an integer (got '1e10')"], result.stderr[-3000:]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_resume_of_a_directory_says_so_and_names_a_checkpoint_in_it(tmp_path):
+    module = load_script("ppo_atari_envpool")
+    checkpoints = tmp_path / "runs" / "Breakout-v5__ppo_atari_envpool__1__1" / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "iter_4.pt").write_bytes(b"")
+    assert_refused(module, ["--resume", tmp_path], f"--resume {tmp_path} is a directory: name a checkpoint file, such as "
+                                                     f"{checkpoints / 'iter_4.pt'}")
+    assert_refused(module, ["--resume", checkpoints.parent.parent.parent / "elsewhere"], "elsewhere: no such file")
+    (tmp_path / "empty").mkdir()
+    assert_refused(module, ["--resume", tmp_path / "empty"], "is a directory: name a checkpoint file (none is in it)")

@@ -234,28 +234,104 @@ def test_a_signal_checkpoints_at_the_end_of_the_iteration_and_exits_75_or_130(sc
     iteration = int(checkpoints[-1].stem[5:])
     assert [p.name for p in checkpoints] == [f"iter_{iteration - 1}.pt", f"iter_{iteration}.pt"]
     assert 2 < iteration < 100 and f"stopped by signal {int(signum)} after iteration {iteration}; resume with --resume {checkpoints[-1].relative_to(tmp_path / 'run')}" in result.stdout
+    # said as it arrived: iterations of well under a second end before STOP_SECONDS
+    assert f"{signal.Signals(signum).name} received: stopping at the end of iteration {iteration} (in about" in result.stderr
     if signum != signal.SIGINT:
         flags = ["--total-timesteps", str(128 * (iteration + 1)), "--dynamics-every", "0", "--resume", checkpoints[-1]]
         _, resumed = run_tiny(script, flags, tmp_path / "resumed")
         assert len(resumed["losses/grad_norm"]) == 1
 
 
-def test_a_second_ctrl_c_aborts_the_iteration_at_once(tmp_path):
-    """Two Ctrl-Cs 0.3 s apart early in an iteration of several seconds (4 envs x 1,024 steps of Breakout): the run
-    ends before the iteration's end, with no checkpoint of it and no "resume" line."""
-    flags = ["--num-envs", "4", "--num-steps", "1024", "--update-epochs", "1", "--dynamics-every", "0",
-             "--total-timesteps", str(4096 * 50), "--save-every", "1"]
+def same(a, b):
+    """Whether two checkpoints' entries hold the same values (tensors, arrays, RNG states, nested)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, np.ndarray):
+        return np.array_equal(a, b)
+    return a == b
+
+
+# iterations of 15 s or more on 2 cores (8 envs x 512 steps of Breakout, one epoch), longer than STOP_SECONDS; the
+# coverage states end iteration 1 with a file
+LONG_ITERATIONS = ["--num-envs", "8", "--num-steps", "512", "--update-epochs", "1", "--num-minibatches", "4",
+                   "--dynamics-every", "1", "--dynamics-batch", "64", "--coverage-samples", "8", "--coverage-every", "1"]
+
+
+def test_a_signal_in_a_long_iteration_stops_at_once_with_the_checkpoint_of_its_start(tmp_path):
+    """SIGTERM early in iteration 2 of iterations longer than STOP_SECONDS: exit 75 within seconds, not at the
+    iteration's end. Its checkpoint is iteration 1's, kept in memory when iteration 2 began (no --save-every: nothing
+    was on disk), and holds what a run saving iteration 1 writes: the networks, Adam, the counters and every RNG."""
+    process = start_copy("ppo_atari_envpool", LONG_ITERATIONS + ["--total-timesteps", str(4096 * 10)], tmp_path / "run")
+    wait_for_file(process, tmp_path / "run", "runs/*/coverage.bin", timeout=600)
+    sent = time.time()
+    process.send_signal(signal.SIGTERM)
+    result = finish(process, 120)
+    took = time.time() - sent
+    assert result.returncode == 75, result.stderr[-3000:]
+    assert took < 15, f"stopped {took:.0f} s after the signal"
+    checkpoint = run_dirs(tmp_path / "run")[0] / "checkpoints" / "iter_1.pt"
+    assert f"stopped by signal 15 during iteration 2; resume with --resume {checkpoint.relative_to(tmp_path / 'run')}" in result.stdout
+    assert "SIGTERM received: stopping now, with the checkpoint of iteration 1 (iteration 2 is trained again on resume)" in result.stderr
+    assert [p.name for p in checkpoint.parent.iterdir()] == ["iter_1.pt"]
+    run_copy("ppo_atari_envpool", LONG_ITERATIONS + ["--total-timesteps", "4096", "--save-every", "1"], tmp_path / "saved")
+    expected = torch.load(run_dirs(tmp_path / "saved")[0] / "checkpoints" / "iter_1.pt", weights_only=False)
+    got = torch.load(checkpoint, weights_only=False)
+    for key in ("agent", "optimizer", "iteration", "global_step", "recent_returns", "rng"):
+        assert same(got[key], expected[key]), key
+
+
+@pytest.mark.parametrize("signals, aborts_at", [
+    ([signal.SIGTERM, signal.SIGINT], 1), ([signal.SIGINT, signal.SIGTERM], 1), ([signal.SIGINT, signal.SIGINT], 1),
+    ([signal.SIGUSR1, signal.SIGINT], 1), ([signal.SIGUSR1, signal.SIGTERM, signal.SIGTERM], None), ([signal.SIGINT], None),
+])
+def test_the_torch_signal_rules(signals, aborts_at, capfd):
+    """The torch scripts' handler (their appendix's, one text in each): a second signal with a Ctrl-C among the two
+    aborts (raises KeyboardInterrupt, which the entry point turns into a flushed log, a line and exit 130); a
+    scheduler's signals alone never do. Each signal that does not abort says at once when the run will stop: at the
+    iteration's end if that is within STOP_SECONDS (by the iteration before), else now."""
+    module = load_script("ppo_atari_envpool")
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)}
+    try:
+        for seconds, said in ((2.0, "at the end of iteration 7 (in about 2 s), with a checkpoint"),
+                              (60.0, "now, with the checkpoint of iteration 6 (iteration 7 is trained again on resume)")):
+            run = module.Run.__new__(module.Run)
+            run.signals, run.last_checkpoint, run.boundary = [], "runs/x/checkpoints/iter_6.pt", None
+            run.iteration, run.iteration_started, run.iteration_seconds = 7, time.time(), seconds
+            for i, signum in enumerate(signals):
+                if i == aborts_at:
+                    with pytest.raises(KeyboardInterrupt):
+                        run.on_signal(signum, None)
+                else:
+                    run.on_signal(signum, None)
+            err = capfd.readouterr().err
+            assert f"{signal.Signals(signals[0]).name} received: stopping {said}; a Ctrl-C aborts at once" in err
+            assert run.now == (seconds > module.STOP_SECONDS)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def test_a_second_signal_with_a_ctrl_c_aborts(tmp_path):
+    """A SIGTERM, then a Ctrl-C 0.2 s later, in an iteration of seconds (ended within STOP_SECONDS, so the SIGTERM
+    alone would wait for it): exit 130 within seconds, no traceback, the line naming the last checkpoint on disk."""
+    flags = ["--num-envs", "4", "--num-steps", "256", "--update-epochs", "1", "--dynamics-every", "0",
+             "--total-timesteps", str(1024 * 50), "--save-every", "2"]
     process = start_copy("ppo_atari_envpool", flags, tmp_path)
-    first = wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_1.pt", timeout=300)
-    process.send_signal(signal.SIGINT)
-    time.sleep(0.3)
+    first = wait_for_file(process, tmp_path, "runs/*/checkpoints/iter_2.pt", timeout=300)
+    process.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     sent = time.time()
     result = finish(process, 120)
-    assert result.returncode in (130, -signal.SIGINT), result.stderr[-3000:]
-    assert time.time() - sent < 20, "the second Ctrl-C did not abort at once"
-    # had the iteration gone on to its end, it would have written iter_2.pt and named it
-    assert sorted(p.name for p in first.parent.iterdir()) == ["iter_1.pt"] and "resume with" not in result.stdout
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert time.time() - sent < 10, "the Ctrl-C did not abort at once"
+    assert "Traceback" not in result.stderr
+    named = result.stdout.strip().splitlines()[-1].split("--resume ")[-1]
+    assert (tmp_path / named).is_file() and named.startswith(str(first.parent.relative_to(tmp_path)))
 
 
 def test_a_loss_that_is_not_finite_stops_the_run_naming_the_last_good_checkpoint(uninterrupted, tmp_path):
