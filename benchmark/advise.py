@@ -34,6 +34,13 @@ newest checkpoint (`--ewma-com` x `--scale`, or half `--clip-coef`; a packed see
 stagnated (Fig. 3b); levelling off gives the opposite direction; a collapse, a larger `--ent-coef` from the
 checkpoint before it. Windows widen where the score is logged less often than a window can fit a slope on (5 scores
 each). `--follow` prints each phase change with its remedies.
+
+A script's TensorBoard run named by its path is that run with its own attempts: the run it resumed and the one that
+resumed it, as their `hyperparameters` text says (--resume naming a checkpoint of the other, the same flags but the
+budget), never another run of the same env, experiment and seed beside it. Every event file's records are checked
+as they are read (benchmark/events.py says what counts as damage): a damaged file is named, with what was read of
+it, on stderr and in its run's report, which reads its records before the damage; `--on-damage error` exits 1
+instead, before any report.
 """
 import argparse
 import ast
@@ -52,9 +59,8 @@ import scipy.stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmark.analyze import DEFAULT_TAG  # noqa: E402
-from benchmark.common import SCRIPTS, read_tensorboard_run  # noqa: E402
-from benchmark.events import read_merged_scalars  # noqa: E402
-from benchmark.common import cli_args  # noqa: E402
+from benchmark.common import NON_IDENTITY, SCRIPTS, OneLineParser, cli_args  # noqa: E402
+from benchmark.events import read_merged_scalars, read_texts  # noqa: E402
 from benchmark.launch import CHECKPOINT, checkpoint_seeds, script_module  # noqa: E402
 
 STEP_TAGS = ("losses/approx_kl", "charts/update_norm_actor", "charts/update_norm")  # the first a run logs
@@ -417,7 +423,7 @@ def make_run(name, script, series, flags, argv, checkpoints, tag, pack=None):
             "score": per_iteration(grid, *series[tag]),
             "entropy": per_iteration(grid, *series["losses/entropy"]) if "losses/entropy" in series else None,
             "evidence": {name_: per_iteration(grid, *series[t]) if t in series else None for name_, t in EVIDENCE.items()},
-            "flags": flags, "argv": argv, "checkpoints": checkpoints, "pack": pack}
+            "flags": flags, "argv": argv, "checkpoints": checkpoints, "pack": pack, "damaged": []}
 
 
 def parse_hyperparameters(texts):
@@ -480,8 +486,10 @@ def checkpoints_in(directory):
     return sorted(found)
 
 
-def read_launched(run_dir, tag):
-    """The runs of one launcher run directory (command.json): one per sub-run (noisy_sgd's step sizes)."""
+def read_launched(run_dir, tag, damaged):
+    """The runs of one launcher run directory (command.json): one per sub-run (noisy_sgd's step sizes). `damaged`:
+    a list that receives the Damage of its damaged event files (events.read_merged_scalars), each also named in the
+    run of its sub-run."""
     run_dir = run_dir.resolve()  # a grid's runs/<name> link: its pack's other runs lie beside it in the store
     try:
         command = json.loads((run_dir / "command.json").read_text())
@@ -493,10 +501,21 @@ def read_launched(run_dir, tag):
     for d in (run_dir / "runs").glob("*__*__*"):
         by_seed.setdefault(d.name.rsplit("__", 2)[1], set()).add(d.name)
     own = by_seed.get(str(command.get("seed"))) if len(by_seed) > 1 else None
-    merged, _ = read_merged_scalars(run_dir, wanted_tags(tag), only=own)
+    found = []
+    merged, _ = read_merged_scalars(run_dir, wanted_tags(tag), only=own, damaged=found)
     checkpoints, pack = pack_of(run_dir, argv)
-    return [make_run(run_dir.name + (f"/{sub}" if sub else ""), script, series, flags, argv, checkpoints, tag, pack)
-            for sub, series in sorted(merged.items())]
+    damaged += found
+    return with_damage({sub: make_run(run_dir.name + (f"/{sub}" if sub else ""), script, series, flags, argv, checkpoints,
+                                      tag, pack) for sub, series in sorted(merged.items())}, found)
+
+
+def with_damage(runs, found):
+    """The runs ({sub-run: run}) as a list, each run naming the damaged event files of its sub-run (and those of a
+    sub-run no run was read from: they are its run's too)."""
+    for sub, run in runs.items():
+        if isinstance(run, dict):
+            run["damaged"] = [str(d) for d in found if d.subrun == sub or d.subrun not in runs]
+    return list(runs.values())
 
 
 def pack_of(run_dir, argv):
@@ -525,48 +544,109 @@ def pack_of(run_dir, argv):
     return checkpoints, ((first.name, first_argv, held) if held > 1 else None)
 
 
+# what a resume may change and still continue the run it resumes: its budget, and what changes nothing it learns
+RESUME_MAY_CHANGE = {"resume", "total_timesteps"}
+
+
+def stem_of(name):
+    """A script's TensorBoard run's name without its time stamp (`<env>__<exp>__<seed>__<time>`: a resume writes a
+    new one), or the name."""
+    head, _, stamp = name.rpartition("__")
+    return head if head and stamp.isdigit() else name
+
+
+def hyperparameters_of(tb_run):
+    """{tag: [text]} of the `hyperparameters` text a script's TensorBoard run logs (parse_hyperparameters reads it)."""
+    texts = {}
+    for file in sorted(tb_run.rglob("events.out.tfevents.*")):
+        for tag, found in read_texts(file, ("hyperparameters", "hyperparameters/text_summary")).items():
+            texts.setdefault(tag, []).extend(found)
+    return texts
+
+
+def resume_links(tb_run):
+    """{each TensorBoard run beside tb_run of its env, experiment and seed: the one of them it continues, or None}.
+    B continues A when B's `hyperparameters` text says B resumed (--resume) a checkpoint of A (runs/A/checkpoints/;
+    a pack's checkpoint lies in its first seed's run: A is then the run of B's seed with that run's time stamp) and
+    B ran with A's flags but for those a resume may change (its budget, and NON_IDENTITY's, which change nothing it
+    learns). Runs that only share the name's stem (one command run twice) do not continue each other, nor does a run
+    resumed from another's checkpoint with other flags (claim 4's arms): each is a run of its own."""
+    stem = stem_of(tb_run.name)
+    same = [d for d in tb_run.parent.iterdir() if d.is_dir() and stem_of(d.name) == stem]
+    if len(same) < 2:
+        return {tb_run: None}
+    flags = {d: parse_hyperparameters(hyperparameters_of(d)) for d in same}
+    free = RESUME_MAY_CHANGE | set(NON_IDENTITY) | set(COMPUTED)
+    links = {}
+    for d in same:
+        links[d], resume = None, flags[d].get("resume")
+        if not isinstance(resume, str) or not resume:
+            continue
+        checkpoint = Path(resume) if Path(resume).is_absolute() else tb_run.parent.parent / resume  # the script's cwd
+        origin = checkpoint.parent.parent
+        if checkpoint.parent.name != "checkpoints" or origin.parent.resolve() != tb_run.parent.resolve():
+            continue  # a checkpoint of no run beside it
+        head, _, stamp = origin.name.rpartition("__")
+        parent = tb_run.parent / f"{stem}__{stamp}"
+        if head.rpartition("__")[0] != stem.rpartition("__")[0] or parent not in flags or parent == d:
+            continue  # (head and stem without their seeds: the same env and experiment)
+        if flags[parent] and any(flags[d].get(k) != flags[parent].get(k) for k in set(flags[d]) | set(flags[parent])
+                                 if k not in free):
+            continue
+        links[d] = parent
+    return links
+
+
 def attempts_of(tb_run):
-    """The TensorBoard runs of one run in a script's runs/: its own and those whose names differ from it only in the
-    time stamp (`<env>__<exp>__<seed>__<time>`: a resumed run writes a new one), oldest first."""
-    stem = tb_run.name.rsplit("__", 1)[0] if tb_run.name.rsplit("__", 1)[-1].isdigit() else tb_run.name
-    same = [d for d in tb_run.parent.iterdir() if d.is_dir() and d.name.rsplit("__", 1)[0] == stem
-            and d.name.rsplit("__", 1)[-1].isdigit()]
-    return sorted(set(same) | {tb_run}, key=lambda d: d.name)
+    """The TensorBoard runs of the run `tb_run` is an attempt of, oldest first: back through the runs it continues
+    and forward through the one that continues it (resume_links), where one alone does (two resumed from one attempt
+    are two runs, each read with the attempts before it)."""
+    links, chain = resume_links(tb_run), [tb_run]
+    while links.get(chain[0]) is not None and links[chain[0]] not in chain:
+        chain.insert(0, links[chain[0]])
+    while len(after := [d for d, parent in links.items() if parent == chain[-1] and d not in chain]) == 1:
+        chain.append(after[0])
+    return chain
 
 
-def read_tensorboard(tb_run, tag):
-    """The runs of one of a script's TensorBoard runs (runs/<name>) and its resumed attempts, merged as a launched
-    run's are: its flags from its newest attempt's hyperparameters text."""
+def read_tensorboard(tb_run, tag, damaged):
+    """The runs of one of a script's TensorBoard runs (runs/<name>) and its attempts (attempts_of), merged as a
+    launched run's are: its flags from its newest attempt's hyperparameters text. `damaged`: as read_launched's."""
     attempts = attempts_of(tb_run)
     tb_run = attempts[-1]
-    merged, _ = read_merged_scalars(tb_run.parent.parent, wanted_tags(tag), only={d.name for d in attempts})
-    _, texts = read_tensorboard_run(tb_run)
+    found = []
+    merged, _ = read_merged_scalars(tb_run.parent.parent, wanted_tags(tag), only={d.name for d in attempts}, damaged=found)
+    damaged += found
+    texts = hyperparameters_of(tb_run)
     flags = parse_hyperparameters(texts)
     # the script: its exp_name (the scripts' default), else the part of the run's name that names one
     names = [str(flags.get("exp_name") or "")] + tb_run.name.split("__")
     script = next((n for n in names if (SCRIPTS / f"{n}.py").exists()), "")
     checkpoints = sorted(c for d in attempts for c in checkpoints_in(d))
     argv = command_of_hyperparameters(texts, script) if script else None
-    return [make_run(tb_run.name + (f"/{sub}" if sub else ""), script, series, flags, argv, checkpoints, tag)
-            for sub, series in sorted(merged.items())]
+    return with_damage({sub: make_run(tb_run.name + (f"/{sub}" if sub else ""), script, series, flags, argv, checkpoints,
+                                      tag) for sub, series in sorted(merged.items())}, found)
 
 
-def read_paths(paths, tag):
+def read_paths(paths, tag, damaged):
     """Every run under the paths: a launcher's run directory, a grid or store (runs/*/command.json), a script's
-    TensorBoard run (runs/<name>, its event files inside), or a working directory holding such runs/."""
+    TensorBoard run (runs/<name>, its event files inside: that run and its attempts, attempts_of), or a working
+    directory holding such runs/. `damaged`: a list that receives the Damage of every damaged event file read."""
     runs = []
     for path in paths:
         if (path / "command.json").exists():
-            runs += read_launched(path, tag)
+            runs += read_launched(path, tag, damaged)
         elif list((path / "runs").glob("*/command.json")):
             for d in sorted(p.parent for p in (path / "runs").glob("*/command.json")):
-                runs += read_launched(d.resolve(), tag)
+                runs += read_launched(d.resolve(), tag, damaged)
         elif path.parent.name == "runs" and list(path.rglob("events.out.tfevents.*")):
-            runs += read_tensorboard(path, tag)
+            runs += read_tensorboard(path, tag, damaged)
         elif (path / "runs").is_dir() and list((path / "runs").rglob("events.out.tfevents.*")):
-            newest = {attempts_of(d)[-1] for d in (path / "runs").iterdir() if d.is_dir()}  # a run and its resumptions once
-            for d in sorted(newest):
-                runs += read_tensorboard(d, tag)
+            chains = {tuple(attempts_of(d)) for d in (path / "runs").iterdir() if d.is_dir()}
+            # each run once, with its attempts: an attempt that two runs resumed is read with each, not alone
+            for chain in sorted((c for c in chains if not any(len(o) > len(c) and o[:len(c)] == c for o in chains)),
+                                key=lambda c: c[-1].name):
+                runs += read_tensorboard(chain[-1], tag, damaged)
         else:
             runs.append(f"{path}: no run (no command.json, no runs/ with event files)")
     return runs
@@ -607,13 +687,14 @@ def analyse(run, opts):
     return {"run": run["name"], "script": run["script"], "score": run["tag"], "step_size": run["step_tag"],
             "iterations": len(run["step"]), "window": window_of(run, opts), "asked_window": opts.window,
             "phases": [asdict(p) for p in phases],
-            "verdict": meaning, "remedies": remedies}
+            "verdict": meaning, "remedies": remedies, "damaged": run["damaged"]}
 
 
 def describe(report):
     lines = [f"{report['run']} ({report['script']}, {report['iterations']} iterations, score {report['score']}, "
              f"windows of {report['window']}" + (" to hold 5 scores each" if report["window"] > report["asked_window"] else "")
              + "):"]
+    lines += [f"  damaged event file, read up to its damage: {d}" for d in report.get("damaged", ())]
     for p in report["phases"]:
         slope = p["slope_per_million"]
         shown = f"{slope[0]:+.3g} per 1M steps [{slope[1]:+.3g}, {slope[2]:+.3g}]" if slope else "no slope"
@@ -645,12 +726,14 @@ def flags_text(flags):
 def follow(opts):
     """Re-read the runs every opts.follow seconds; print a line when a run's last phase (as its report gives it)
     changes its label, and below it the remedies the report gives for it (a command, or why none)."""
-    seen, unread, polls = {}, set(), 0
+    seen, unread, said, polls = {}, set(), set(), 0
     while True:
+        damaged = []
         try:
-            runs = gather(opts)
+            runs = gather(opts, damaged)
         except Exception as e:  # a file caught while it is written: read again at the next poll
             runs = [f"cannot read the runs yet ({type(e).__name__}: {e}); reading again in {opts.follow:g} s"]
+        said.update(say_damage(damaged, opts, said))  # each damaged file once, not every poll
         for run in runs:
             if isinstance(run, str):  # why a path holds no run it can read (yet): said once, not every poll
                 if run not in unread:
@@ -712,17 +795,29 @@ def phase_labels(run, opts):
     return [next(p.label for p in phases if p.iterations[0] <= w.start + 1 <= p.iterations[1]) for w in windows]
 
 
-def gather(opts):
-    return read_tables(opts.tables, opts.tag) if opts.tables else read_paths(opts.paths, opts.tag)
+def gather(opts, damaged):
+    """The runs to read (a run, or a string saying why a path holds none); `damaged` receives the Damage of every
+    damaged event file read."""
+    return read_tables(opts.tables, opts.tag) if opts.tables else read_paths(opts.paths, opts.tag, damaged)
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # argparse's own errors as the bad-input rule's one line
-        fail(message)
+def say_damage(damaged, opts, said=()):
+    """Each damaged event file not in `said`, one stderr line naming it and what was read of it: a warning, or under
+    --on-damage error an error, then a line naming the flag, and exit status 1 before any report."""
+    new = list(dict.fromkeys(str(d) for d in damaged if str(d) not in said))  # (an attempt two runs resumed: read twice)
+    kind = "error" if opts.on_damage == "error" else "warning"
+    for line in new:
+        print(f"advise.py: {kind}: {line}", file=sys.stderr, flush=True)
+    if new and opts.on_damage == "error":
+        print(f"advise.py: error: {len(new)} damaged event file{'s' if len(new) > 1 else ''}: no advice; --on-damage warn "
+              "advises on what was read of them and names them in each run's report", file=sys.stderr)
+        raise SystemExit(1)
+    return new
 
 
 def build_parser():
-    p = Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = OneLineParser(prog="advise.py", description=__doc__.split("\n\n")[0],
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("paths", nargs="*", type=Path, help="run directories, grids, stores or TensorBoard runs")
     p.add_argument("--tables", nargs="+", type=Path, help="analyze.py runs.csv(.gz) files to read instead of runs")
     p.add_argument("--tag", help="the score (default: analyze.py's tag for the script, else the first of "
@@ -743,6 +838,11 @@ def build_parser():
     p.add_argument("--follow", type=float, default=0.0, help="re-read every this many seconds, print phase changes")
     p.add_argument("--polls", type=int, default=0, help="with --follow: stop after this many reads (0: until Ctrl-C)")
     p.add_argument("--simulate", action="store_true", help="print the rule's stagnation calls on simulated runs")
+    p.add_argument("--on-damage", choices=["error", "warn"], default="warn",
+                   help="a damaged event file (a record failing its checksum, a file cut short, an empty one of a run "
+                        "that is over): warn advises on what was read of it and names it on stderr and in its run's "
+                        "report; error stops with exit status 1 before any report (default: warn: a live run's files "
+                        "are read as they are written, and an incomplete last record is not damage)")
     return p
 
 
@@ -793,8 +893,10 @@ def main(argv=None):
         except KeyboardInterrupt:
             pass
         return None
-    reports = []
-    for run in gather(opts):
+    reports, damaged = [], []
+    runs = gather(opts, damaged)
+    say_damage(damaged, opts)
+    for run in runs:
         if isinstance(run, str):
             print(f"advise.py: {run}", file=sys.stderr)
             continue

@@ -10,6 +10,14 @@ resumed from a checkpoint has several TensorBoard runs: each later one replaces 
 values from its first logged step on. A script's TensorBoard sub-runs (noisy_sgd's step sizes) are
 kept apart: each is its own config.
 
+Every record's checksums are checked as it is read. A damaged event file (benchmark/events.py says what counts: a
+record whose length or data fails its checksum, a file cut short in its middle, a finished run's file cut short at
+its end, an empty file; not an earlier attempt's incomplete last record, what a writer killed before a resume
+leaves) stops the analysis before it writes anything: exit status 1, one stderr line per damaged file naming it and
+what was read of it, then one naming --on-damage. With `--on-damage warn` the analysis goes on with what was read of
+each (its records before the damage) and lists them in `report.md`. Exit status 2 is for a command refused before
+anything is read (a bad flag, an --output that cannot be written).
+
 - `scores.csv`: per run (and sub-run) its config, env, seed, final score (the mean of --tag over the
   last --final-fraction of its steps; human-normalised for Atari games with the standard random and
   human scores of the DQN / Agent57 tables, benchmark/stats.py's ATARI_REFERENCE), best score (the highest logged value) and median DDR;
@@ -52,6 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmark.configs import NOT_CONFIG, config_columns, config_label, flag_name, run_key, value_key  # noqa: E402
 from benchmark.coverage_metric import COVERAGE, coverage_aggregate, coverage_tables  # noqa: E402
+from benchmark.common import OneLineParser  # noqa: E402
 from benchmark.events import DYNAMICS, TRAIN_SECONDS, summarise_run  # noqa: E402
 from benchmark.figures import plot_against_flag, plot_coverage, plot_curves, plot_ddr, plot_dynamics, plot_heatmap  # noqa: E402
 from benchmark.stats import aggregate, config_curves, game, human_normalised  # noqa: E402
@@ -74,11 +83,13 @@ def main(argv=None):
     opts = parse_args(argv)
     started = time.time()  # the grids, then their runs' event files, read
     registered, done = read_grids(opts)
+    out = Path(opts.output) if opts.output else Path(opts.out_dirs[0]) / "analysis"
+    check_output(out, opts.output)
     scripts = {c["script"] for _, c in done}
     tag = opts.tag or DEFAULT_TAG.get(sorted(scripts)[0], "charts/episodic_return")
     check_x_unit_and_coverage(opts, done)
     normalise = "episodic_return" in tag  # human normalisation is for Atari returns only
-    summaries, nbytes, wanted = read_runs(done, tag, opts)
+    summaries, nbytes, wanted, damaged = read_runs(done, tag, opts)
     read_seconds = time.time() - started
 
     # the configs and their runs' scores and curves
@@ -94,7 +105,6 @@ def main(argv=None):
         coverage, coverage_points, runs_frame = coverage_of(done, scores, runs_frame, opts)
 
     # tables
-    out = Path(opts.output) if opts.output else Path(opts.out_dirs[0]) / "analysis"
     out.mkdir(parents=True, exist_ok=True)
     write = (lambda f, name: f.to_csv(out / f"{name}.csv", index=False)) if opts.format == "csv" else (lambda f, name: f.to_parquet(out / f"{name}.parquet"))
     write(scores, "scores")
@@ -119,11 +129,12 @@ def main(argv=None):
     figures = draw_figures(out, opts, scores, runs_frame, curves, columns, order, statistic, tag, ylabel, unit,
                            coverage, coverage_points)
     write_report(out, opts, registered, done, scores, table, columns, order, statistic, tag, ylabel, chosen, silent,
-                 coverage, coverage_table, figures)
+                 coverage, coverage_table, figures, damaged)
     unfinished = [c for _, c, state in registered if state != "done"]
     print(f"read {wanted} values from {nbytes / 2**20:.1f} MiB of event files of {len(done)} runs in {read_seconds:.3f} s; "
           f"wrote {out}/report.md, aggregate.csv, curves.csv, scores and runs tables and {len(figures)} figures"
-          + (f"; {len(unfinished)} runs not finished (listed in report.md)" if unfinished else ""))
+          + (f"; {len(unfinished)} runs not finished (listed in report.md)" if unfinished else "")
+          + (f"; {len(damaged)} damaged event files, read up to their damage (listed in report.md)" if damaged else ""))
     return table
 
 
@@ -131,7 +142,7 @@ def main(argv=None):
 # The command line and the grids
 # ---------------------------------------------------------------------------------------------
 def build_parser():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="analyze.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out_dirs", nargs="+", metavar="out_dir",
                         help="a grid's --out-dir; several grids are compared in one analysis (their name becomes a config column)")
     parser.add_argument("--output", help="where the analysis goes (default: <out_dir>/analysis; required for several grids)")
@@ -164,6 +175,10 @@ def build_parser():
                         "whose returns have no common scale)")
     parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 8), help="processes reading runs")
     parser.add_argument("--format", choices=["csv", "parquet"], default="csv", help="of the tidy tables")
+    parser.add_argument("--on-damage", choices=["error", "warn"], default="error",
+                        help="a damaged event file (a record failing its checksum, a file cut short or empty): error "
+                             "stops before anything is written (exit 1), warn analyses what was read of it and lists it "
+                             "in report.md (default: error)")
     return parser
 
 
@@ -212,6 +227,21 @@ def grid_runs(out_dirs):
     return found
 
 
+def check_output(out, given):
+    """The analysis's folder must be one it can write, checked before anything is read: an existing directory that
+    can be written, or a path whose nearest existing part is such a directory."""
+    flag = f"--output {out}" if given else f"--output {out} (the default, <out_dir>/analysis)"
+    if out.exists() and not out.is_dir():
+        fail(f"{flag}: {out} is a file, not a directory")
+    parent = out
+    while not parent.exists():  # the nearest part of the path that exists: where the folders would be made
+        parent = parent.parent
+    if not parent.is_dir():
+        fail(f"{flag}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):  # (a read-only file system refuses root too: EROFS)
+        fail(f"{flag}: {parent} cannot be written")
+
+
 def check_x_unit_and_coverage(opts, done):
     if opts.coverage and opts.x_unit == "seconds":
         fail("--coverage draws against steps or iterations, not --x-unit seconds")
@@ -222,8 +252,9 @@ def check_x_unit_and_coverage(opts, done):
 
 
 def read_runs(done, tag, opts):
-    """(each finished run's summary (events.summarise_run), bytes read, values of the wanted tags read), run by run in
-    --jobs processes."""
+    """(each finished run's summary (events.summarise_run), bytes read, values of the wanted tags read, [Damage of the
+    damaged event files]), run by run in --jobs processes. Damage, under --on-damage error, stops here: nothing has
+    been written yet."""
     reading = {"ddr": opts.ddr, "dynamics": not opts.no_dynamics, "final_fraction": opts.final_fraction,
                "points": opts.points, "x_unit": opts.x_unit}
     tasks = [(d, tag, reading) for d, _ in done]
@@ -232,11 +263,20 @@ def read_runs(done, tag, opts):
             summaries = list(pool.map(summarise_run, tasks, chunksize=1))
     else:
         summaries = [summarise_run(t) for t in tasks]
+    damaged = [damage for s in summaries for damage in s[5]]
+    if damaged:
+        said = "error" if opts.on_damage == "error" else "warning"
+        for damage in damaged:
+            print(f"analyze.py: {said}: {damage}", file=sys.stderr)
+        if opts.on_damage == "error":
+            print(f"analyze.py: error: {len(damaged)} damaged event file{'s' if len(damaged) > 1 else ''}: nothing written; "
+                  "--on-damage warn analyses what was read of them and lists them in report.md", file=sys.stderr)
+            raise SystemExit(1)
     unreadable = [(c["name"], s[4]) for (_, c), s in zip(done, summaries) if s[4]]
     if unreadable:
         fail(f"--x-unit {opts.x_unit}: {len(unreadable)} runs {unreadable[0][1]}, e.g. {unreadable[0][0]}")
     nbytes, wanted = (sum(s[3][i] for s in summaries) for i in (0, 1))
-    return summaries, nbytes, wanted
+    return summaries, nbytes, wanted, damaged
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,7 +286,7 @@ def score_table(done, summaries, tag, normalise):
     """(one row per run (and sub-run): identity, every resolved flag that varies, scores; the config columns; every
     run's downsampled curves [(run, subrun, tag, x, y)]; the finished runs that logged no `tag`)."""
     rows, curve_rows, silent = [], [], []
-    for (_, command), (_, _, subruns, _, _) in zip(done, summaries):
+    for (_, command), (_, _, subruns, _, _, _) in zip(done, summaries):
         key = run_key(command)
         if not subruns:
             silent.append(key)
@@ -360,9 +400,9 @@ def draw_figures(out, opts, scores, runs_frame, curves, columns, order, statisti
 
 
 def write_report(out, opts, registered, done, scores, table, columns, order, statistic, tag, ylabel, chosen, silent,
-                 coverage, coverage_table, figures):
-    """report.md: the aggregate table, the runs per config and env, the missing and failed runs, the coverage table
-    and the figures."""
+                 coverage, coverage_table, figures, damaged):
+    """report.md: the aggregate table, the runs per config and env, the missing and failed runs, the damaged event
+    files (--on-damage warn) and what was read of each, the coverage table and the figures."""
     counts = scores.pivot_table(index="config", columns="env", values="seed", aggfunc="count", fill_value=0)
     counts = counts.reindex([c for c in order if c in counts.index]).reset_index()
     unfinished = [(c["name"], state, (d / "stdout.log")) for d, c, state in registered if state != "done"]
@@ -378,6 +418,10 @@ def write_report(out, opts, registered, done, scores, table, columns, order, sta
         report += ["\n## Missing and failed runs\n", "| run | state | log |\n|---|---|---|\n"
                    + "".join(f"| {n} | {s} | {log} |\n" for n, s, log in unfinished)
                    + "".join(f"| {n} | finished without logging `{tag}` | |\n" for n in silent)]
+    if damaged:
+        report += [f"\n## Damaged event files\n\n{len(damaged)} event files are damaged (--on-damage warn): each run's "
+                   "scores and curves hold what was read of them, their records before the damage.\n\n"
+                   + "".join(f"- `{d.path}`: {d.detail}\n" for d in damaged)]
     if coverage_table is not None:
         without = sorted(set(scores.run) - set(coverage.run))
         report += [f"\n## Coverage (App. B.7: share of {opts.coverage_grid} x {opts.coverage_grid} cells of one UMAP per env "

@@ -35,6 +35,9 @@ import pandas as pd
 import scipy.stats
 from PIL import Image
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmark.common import OneLineParser  # noqa: E402
+
 
 def fail(message):
     print(f"claims.py: error: {message}", file=sys.stderr)
@@ -737,7 +740,7 @@ def report(number, out_dir, scale="small"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="claims.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("claim", type=int, help=f"the claim's number ({', '.join(map(str, CLAIMS))})")
     parser.add_argument("out_dir", nargs="?", help="the runner's OUT_DIR (its grids and their analysis folders)")
     parser.add_argument("--publish", metavar="DIR", help="also copy the verdict and its figures to DIR/claim_<n>/")

@@ -1,4 +1,5 @@
 """Helpers shared by the benchmarks and the tests: run a copy of a script, read its TensorBoard logs."""
+import argparse
 import filecmp
 import importlib.util
 import json
@@ -24,6 +25,16 @@ SCRIPTS = ROOT / "cleanrl_scale"
 NON_IDENTITY = ("save_every", "keep_checkpoints", "track", "wandb_project_name", "wandb_entity", "coverage_samples",
                 "coverage_every", "fuse_iterations", "unroll", "compile_cache", "compile", "cudagraphs", "distributed",
                 "coordinator_address", "num_processes", "process_id", "num_devices")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, its errors (an unknown flag, a bad value, a missing argument) the bad-input rule's one line
+    `<prog>: error: <message>` and exit status 2, without the usage block argparse prints before it (`--help` has
+    it). Give `prog` (the script's file name): under a test runner sys.argv[0] is not the script."""
+
+    def error(self, message):
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 def load_script(name):

@@ -32,23 +32,32 @@ newest checkpoint the failed attempt left; exit status 75 (EX_TEMPFAIL: the run 
 checkpointed) leaves the run for the next launch (locally) or requeues it (Slurm, through
 submitit's checkpointing).
 
+Stopping. SIGTERM, SIGUSR1 or Ctrl-C to a local launch stops the whole grid: every running run gets the signal (each
+runs in a process group of its own, so a terminal's Ctrl-C reaches the launcher alone, which passes it on once),
+checkpoints and exits, no other run starts, and the launcher prints the summary and one line naming the command that
+continues -- the same command: finished runs are skipped, stopped ones resume from their newest checkpoint -- and
+exits 75 (130 after a Ctrl-C). A second Ctrl-C kills the running runs at once. A launcher killed outright (SIGKILL,
+its terminal closed) leaves no run training unwatched: each gets SIGTERM.
+
 Budgets. --fixed-budget gives every run --total-timesteps (data-collection §4.2: N_envs and
-rollout length vary at a fixed budget); --iterations I gives each run I x batch steps (the batch as
+rollout length vary at a fixed budget); --iterations I (I > 0) gives each run I x batch steps (the batch as
 the script resolves it for that run's env, recipes, presets and suite defaults included; noisy_sgd: I
-gradient steps).
+gradient steps); neither: the script's own budget.
 
 Local runs (--workers K) each get a 1/K share of the CPUs (affinity and thread-count variables)
 and, when CUDA_VISIBLE_DEVICES lists GPUs, one of them; runs that share a GPU get
 XLA_PYTHON_CLIENT_PREALLOCATE=false unless the environment sets JAX's memory already. --slurm submits the runs as a Slurm job
 array through submitit (--slurm-* flags; --no-wait returns once submitted, and a later launch leaves a run that
-an earlier one's job still holds, as squeue lists it, to that job); --slurm-cluster debug/local runs that path
-here. A run of several processes (--slurm-nodes N --slurm-tasks-per-node G: ppo_kinetix_sfl over N nodes of G
-GPUs) starts one process per task, joined by jax.distributed with task 0 as the coordinator; task 0 keeps the
-run's lock, log and status, task r logs to stdout.task<r>.log.
+an earlier one's job still holds, as squeue lists it, to that job); it needs Slurm's sbatch on PATH (else it is
+refused: a dry run needs none); --slurm-cluster debug/local runs that path here. A run of several processes
+(--slurm-nodes N --slurm-tasks-per-node G: ppo_kinetix_sfl over N nodes of G GPUs) starts one process per task,
+joined by jax.distributed with task 0 as the coordinator; task 0 keeps the run's lock, log and status, task r logs
+to stdout.task<r>.log.
 """
 import argparse
 import contextlib
 import copy
+import ctypes
 import dataclasses
 import functools
 import hashlib
@@ -77,7 +86,7 @@ from filelock import FileLock, Timeout
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "cleanrl_scale"
 sys.path.insert(0, str(ROOT))
-from benchmark.common import NON_IDENTITY, cli_args, load_script, script_flags  # noqa: E402
+from benchmark.common import NON_IDENTITY, OneLineParser, cli_args, load_script, script_flags  # noqa: E402
 
 DERIVED = ("batch_size", "num_iterations")  # filled in by resolve_args from other fields: left out of the readable name
 PACKABLE = ("ppo_ewma_jax", "ppo_ewma_brax")  # scripts whose --num-seeds trains seeds --seed.. in one process, a run each
@@ -418,17 +427,42 @@ def rotate_log(d):
         (d / "stdout.log").rename(d / f"stdout.log.{n}")
 
 
-class Attempt:
-    """One run of a grid point in its store directory, under its lock; `stop()` forwards SIGTERM to it."""
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in a forked child
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+PR_SET_PDEATHSIG = 1
 
-    def __init__(self):
-        self.process, self.stopped = None, False
+
+def child_setup(cpus, launcher):
+    """In a run's process before the script starts: its CPUs; SIGTERM (checkpoint and stop) when `launcher`, its
+    parent, dies without waiting for it (killed, or its terminal closed), so that no run trains on unwatched. (Linux
+    sends it when the thread that started the process ends: a worker of the launch's pool, which lives until the
+    grid's end.)"""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    if launcher is not None and _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != launcher:  # it died before that took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+class Attempt:
+    """One run of a grid point in its store directory, under its lock. `signal(signum)` passes a signal on to its
+    process and starts no other (a run the launch stopped before it began is "unstarted"); `kill()` ends it at once;
+    `stop()` (a Slurm task's) passes on SIGTERM and waits for the run to checkpoint and exit."""
+
+    def __init__(self, own_group=False):
+        """own_group: the run's process in a process group of its own, and sent SIGTERM if the launcher dies (a local
+        launch: a signal to the launcher's group, a terminal's Ctrl-C, reaches the launcher alone, which passes it on
+        once). Else (a Slurm task) it stays in the task's group."""
+        self.process, self.stopped, self.signum, self.own_group = None, False, signal.SIGTERM, own_group
 
     def __call__(self, run, store, env=None, cpus=None, task=None):
         """The run's (or pack's) state; a pack some of whose runs another launcher finished meanwhile runs the rest
         one by one and returns {name: state}."""
         if self.stopped:
-            return "stopped"
+            return "unstarted"
         dirs = [Path(store) / m["name"] for m in members(run)]
         held, states = [], {}
         try:
@@ -449,7 +483,7 @@ class Attempt:
             # another launcher holds or finished some of the pack: the others run one by one
             for m, d in zip(members(run), dirs):
                 if m["name"] not in states:
-                    states[m["name"]] = "stopped" if self.stopped else self.execute(m, d, env, cpus)
+                    states[m["name"]] = "unstarted" if self.stopped else self.execute(m, d, env, cpus)
             return states
         finally:
             for lock in held:
@@ -458,6 +492,8 @@ class Attempt:
     def execute(self, run, d, env, cpus, task=None):
         """One attempt, in the first member's directory; a pack trains its seeds with --num-seeds and each seed's
         TensorBoard run is then moved to its own member's directory."""
+        if self.stopped:  # the launch was stopped while this attempt took its lock: leave the run as it is
+            return "unstarted"
         pack = members(run)
         dirs = [d.parent / m["name"] for m in pack]
         argv, checkpoint = resumed_argv(run, d)
@@ -489,8 +525,12 @@ class Attempt:
             self.process = subprocess.Popen(
                 [sys.executable, f"{run['script']}.py", *argv], cwd=d, stdout=log, stderr=subprocess.STDOUT,
                 env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})),
-                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+                start_new_session=self.own_group,
+                preexec_fn=functools.partial(child_setup, cpus, os.getpid() if self.own_group else None)
+                if cpus or self.own_group else None,
             )
+            if self.stopped:  # a stop that came while the process started (signal() set the flag, then read process)
+                self.process.send_signal(self.signum)
             returncode = self.process.wait()
         state = "done" if returncode == 0 else "preempted" if returncode in STOPPED or self.stopped else "failed"
         for member, m in zip(pack[1:], dirs[1:]):  # runs/<env>__<exp>__<seed>__<time>: each seed's to its own run
@@ -525,14 +565,30 @@ class Attempt:
             returncode = self.process.wait()
         return "done" if returncode == 0 else "preempted" if returncode in STOPPED else "failed"
 
-    def stop(self):
+    def signal(self, signum):
+        """Pass `signum` on to the running process, if any, and start no other. Safe in a signal handler: it sets the
+        flag before it reads the process, and execute() reads the flag after it set the process, so a process that
+        starts meanwhile gets the signal too (from one of them, or both)."""
+        self.signum, self.stopped = signum, True
+        process = self.process
+        if process is not None:
+            process.send_signal(signum)  # a no-op once the process has exited
+
+    def kill(self):
+        """End the running process at once (SIGKILL), and start no other."""
         self.stopped = True
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+        process = self.process
+        if process is not None:
+            process.kill()
+
+    def stop(self):
+        self.signal(signal.SIGTERM)
+        process = self.process
+        if process is not None and process.poll() is None:
             try:
-                self.process.wait(timeout=60)
+                process.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                process.kill()
 
 
 def checkpoint_seeds(path):
@@ -633,15 +689,82 @@ def spread(job, state):
     return state if isinstance(state, dict) else {m["name"]: state for m in members(job)}
 
 
-def launch_local(todo, opts):
-    """Run `todo` on --workers local processes; {name: outcome}. SIGTERM or Ctrl-C stops the runs (they checkpoint)."""
-    slots, lock, attempts, outcome = list(range(opts.workers)), threading.Lock(), [], {}
+def say(line):
+    """A line on stdout from a signal handler: os.write, not print (the main thread may be inside a print)."""
+    try:
+        os.write(sys.stdout.fileno(), f"{line}\n".encode())
+    except (OSError, ValueError):  # no file descriptor (stdout captured in this process)
+        pass
+
+
+class GridStop:
+    """A stop of the whole local grid. The first SIGTERM, SIGUSR1 or Ctrl-C (SIGINT) to the launcher passes the signal
+    on to every running run (each in a process group of its own: a terminal's Ctrl-C reaches the launcher alone) and
+    starts no other; the runs checkpoint and exit 75 (130 after a Ctrl-C), and the launch then exits 75 (130 after a
+    Ctrl-C). A second Ctrl-C kills the running runs at once (SIGKILL)."""
+
+    NAMES = {signal.SIGTERM: "SIGTERM", signal.SIGUSR1: "SIGUSR1", signal.SIGINT: "SIGINT (Ctrl-C)"}
+
+    def __init__(self):
+        self.signum, self.aborted, self.attempts = None, False, []
+
+    def __bool__(self):
+        return self.signum is not None
+
+    def add(self, attempt):
+        """Register an attempt before it runs (then read the stop: see Attempt.signal)."""
+        self.attempts.append(attempt)
+        if self:
+            attempt.stopped = True
+
+    def handle(self, signum, frame):
+        if self and signum == signal.SIGINT and not self.aborted:  # a Ctrl-C after the stop: no waiting for checkpoints
+            self.aborted = True
+            for attempt in list(self.attempts):
+                attempt.kill()
+            say("launch.py: Ctrl-C again: killed the running runs")
+            return
+        if self:  # a second SIGTERM / SIGUSR1: the runs have it already
+            return
+        self.signum = signum  # set before the attempts are read (see add())
+        for attempt in list(self.attempts):
+            attempt.signal(signum)
+        say(f"launch.py: {self.NAMES[signum]}: stopping the grid: the running runs checkpoint and stop, no other "
+            f"starts (Ctrl-C again: kill them at once)")
+
+    @property
+    def exit_code(self):
+        return 128 + signal.SIGINT if self.signum == signal.SIGINT or self.aborted else REQUEUE
+
+    @contextlib.contextmanager
+    def installed(self):
+        """Its handler for SIGTERM, SIGUSR1 and SIGINT while the block runs (in the main thread only: elsewhere
+        Python cannot set one, and the caller's own handling stays)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        previous = {signum: signal.signal(signum, self.handle) for signum in self.NAMES}
+        try:
+            yield self
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def launch_local(todo, opts, stop=None):
+    """Run `todo` on --workers local processes; {name: outcome}. After a `stop` (GridStop) the runs not yet begun are
+    "unstarted"."""
+    slots, lock, outcome = list(range(opts.workers)), threading.Lock(), {}
+    stop = GridStop() if stop is None else stop
 
     def one(run):
+        attempt = Attempt(own_group=True)
+        stop.add(attempt)
+        if attempt.stopped:  # stopped before it began: nothing of it is touched
+            outcome.update(spread(run, "unstarted"))
+            return
         with lock:
             slot = slots.pop()
-            attempt = Attempt()
-            attempts.append(attempt)
         try:
             outcome.update(spread(run, attempt_with_retries(run, opts.store, opts.retries, *worker_resources(slot, opts.workers),
                                                             attempt=attempt)))
@@ -649,19 +772,8 @@ def launch_local(todo, opts):
             with lock:
                 slots.append(slot)
 
-    def terminate(signum, frame):
-        for attempt in attempts:
-            attempt.stop()
-        raise SystemExit(128 + signum)
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = {signum: signal.signal(signum, terminate) for signum in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
-    try:
-        with ThreadPoolExecutor(opts.workers) as pool:
-            list(pool.map(one, todo))
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    with ThreadPoolExecutor(opts.workers) as pool:
+        list(pool.map(one, todo))
     return outcome
 
 
@@ -718,7 +830,7 @@ def launch_slurm(todo, opts):
 
 def summary(runs, outcome, opts):
     """Print a table of every run and a count line; {state: count}."""
-    counts = {s: 0 for s in ("done", "skipped", "failed", "busy", "preempted", "queued", "stopped")}
+    counts = {s: 0 for s in ("done", "skipped", "failed", "busy", "preempted", "queued", "unstarted")}
     print("\n| run | status | exit | log |\n|---|---|---|---|")
     for run in runs:
         state = outcome.get(run["name"], "skipped")
@@ -730,20 +842,23 @@ def summary(runs, outcome, opts):
                 record = json.loads((run_dir(opts, run) / file).read_text())
         counts[state.split(" ")[0]] += 1
         log = record.get("log", "-") if state in ("failed", "preempted") else ""
-        print(f"| {run['name']} | {state} | {record.get('returncode', '-') if state != 'skipped' else ''} | {log} |")
+        code = record.get("returncode", "-") if state not in ("skipped", "unstarted") else ""
+        print(f"| {run['name']} | {state} | {code} | {log} |")
     print("\n" + ", ".join(f"{n} {s}" for s, n in counts.items() if n or s in ("done", "skipped", "failed")) + f" (of {len(runs)})")
     return {s: n for s, n in counts.items() if n or s in ("done", "skipped", "failed")}
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # argparse's own errors (a missing --script, a value not a number) are the bad-input rule's one line too
+    parser = OneLineParser(prog="launch.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--script", required=True, help="a script of cleanrl_scale/, without .py")
     parser.add_argument("--env-ids", nargs="*", default=[], help="values of --env-flag (none: the script's default)")
     parser.add_argument("--env-flag", default="--env-id", help="the script's flag that takes an env id")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1])
-    parser.add_argument("--total-timesteps", type=int, default=0, help="with --fixed-budget: every run's budget")
+    parser.add_argument("--total-timesteps", type=int, default=None, help="with --fixed-budget: every run's budget")
     parser.add_argument("--fixed-budget", action="store_true", help="every run gets --total-timesteps")
-    parser.add_argument("--iterations", type=int, default=0, help="without --fixed-budget: budget = iterations x batch")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="without --fixed-budget: budget = iterations x batch (default: the script's own budget)")
     parser.add_argument("--out-dir", default=os.environ.get("OUT_DIR", "grids"), help="the grid's directory (env OUT_DIR)")
     parser.add_argument("--store", default=None, help="where runs live, shared by grids (default: <out-dir>/runs)")
     parser.add_argument("--save-every", type=int, default=50,
@@ -761,7 +876,9 @@ def build_parser():
                              "checkpoint is in its first seed's run, the others print -, 0")
     parser.add_argument("--slurm", action="store_true", help="submit as a Slurm job array through submitit")
     parser.add_argument("--no-wait", action="store_true", help="with --slurm: return once the array is submitted")
-    parser.add_argument("--slurm-cluster", default=None, help="submitit cluster: slurm (default), local or debug")
+    parser.add_argument("--slurm-cluster", default=None, choices=("slurm", "local", "debug"),
+                        help="submitit cluster: slurm (default; needs Slurm's sbatch), or local / debug: the Slurm path run "
+                             "on this machine")
     parser.add_argument("--slurm-partition", default=None)
     parser.add_argument("--slurm-gpus", type=int, default=1, help="GPUs per node")
     parser.add_argument("--slurm-nodes", type=int, default=1, help="nodes per run (a run of several tasks needs --distributed)")
@@ -773,27 +890,43 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
+class Stopped(SystemExit):
+    """The launch was stopped by a signal (exit status 75, or 130 after a Ctrl-C); it said how to continue."""
+
+
+def relaunch_command(argv):
+    """The command that launched `argv` (python <this file as it was started, else relative to here> argv)."""
+    started = sys.argv[0] if sys.argv and os.path.exists(sys.argv[0]) and os.path.samefile(sys.argv[0], __file__) else None
+    here = os.path.relpath(__file__)
+    return shlex.join(["python", started or (here if not here.startswith("..") else os.path.abspath(__file__)), *argv])
+
+
+def main(argv=None, command=None):
+    """One grid; `command`: what to run again after a stop (default: `python launch.py argv`)."""
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
     opts = build_parser().parse_args(argv[:split])
     names = sorted(path.stem for path in SCRIPTS.glob("*.py"))
     if opts.script not in names:
         fail(f"--script must name one of cleanrl_scale/'s scripts, {', '.join(names)} (got {opts.script!r})")
-    if opts.fixed_budget and opts.total_timesteps <= 0:
+    if opts.fixed_budget and (opts.total_timesteps or 0) <= 0:
         fail("--fixed-budget needs --total-timesteps > 0")
-    if opts.fixed_budget and opts.iterations:
+    if opts.fixed_budget and opts.iterations is not None:
         fail("--fixed-budget and --iterations exclude each other")
-    if opts.total_timesteps and not opts.fixed_budget:
+    if opts.total_timesteps is not None and not opts.fixed_budget:
         fail("--total-timesteps is every run's budget only with --fixed-budget (or give --total-timesteps after --)")
-    for flag in ("workers", "slurm_time", "slurm_array_parallelism", "slurm_nodes", "slurm_tasks_per_node"):
-        if getattr(opts, flag) <= 0:
+    for flag in ("workers", "slurm_time", "slurm_array_parallelism", "slurm_nodes", "slurm_tasks_per_node", "iterations"):
+        if getattr(opts, flag) is not None and getattr(opts, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive (got {getattr(opts, flag)})")
-    for flag in ("retries", "iterations", "save_every", "seeds_per_process"):
+    for flag in ("retries", "save_every", "seeds_per_process"):
         if getattr(opts, flag) < 0:
             fail(f"--{flag.replace('_', '-')} must be >= 0 (got {getattr(opts, flag)})")
     if not opts.seeds or any(not 0 <= s < 2**31 for s in opts.seeds):
         fail(f"--seeds must lie in [0, 2^31) (got {opts.seeds})")
+    if opts.slurm and opts.slurm_cluster in (None, "slurm") and not (opts.dry_run or opts.print_checkpoints) \
+            and shutil.which("sbatch") is None:  # else submitit's AutoExecutor would quietly run the runs here
+        fail("--slurm: no Slurm here (no sbatch on PATH); --slurm-cluster local or debug runs the Slurm path on this "
+             "machine, or leave out --slurm to run the runs here")
     if opts.slurm_nodes * opts.slurm_tasks_per_node > 1:
         if not opts.slurm:
             fail("--slurm-nodes/--slurm-tasks-per-node: a run of several processes is launched with --slurm")
@@ -835,8 +968,19 @@ def main(argv=None):
     jobs = packs(todo, opts)
     print(f"{len(runs)} runs: {len(runs) - len(todo)} already done, {len(todo)} to run"
           + (f" in {len(jobs)} processes (seeds packed, --seeds-per-process)" if len(jobs) < len(todo) else ""), flush=True)
-    outcome = (launch_slurm if opts.slurm else launch_local)(jobs, opts)
-    return summary(runs, outcome, opts)
+    if opts.slurm:
+        return summary(runs, launch_slurm(jobs, opts), opts)
+    with GridStop().installed() as stop:
+        counts = summary(runs, launch_local(jobs, opts, stop), opts)
+        if stop:
+            stopped, unstarted = counts.get("preempted", 0), counts.get("unstarted", 0)
+            how = f"stopped by {GridStop.NAMES[stop.signum]}" + (", then killed by a Ctrl-C" if stop.aborted else "")
+            print(f"launch.py: {how}: {stopped} run{'s' * (stopped != 1)} stopped, {unstarted} not started; to "
+                  f"continue, run the same command again (it skips the finished runs; the stopped ones resume from their "
+                  f"newest checkpoint, or start over without one): {command or relaunch_command(argv)}",
+                  file=sys.stderr, flush=True)
+            raise Stopped(stop.exit_code)
+    return counts
 
 
 def main_each(folder):
@@ -847,7 +991,9 @@ def main_each(folder):
     for path in sorted(Path(folder).iterdir()):
         argv = [os.fsdecode(arg) for arg in path.read_bytes().split(b"\0")[:-1]]
         try:
-            failed |= bool(main(argv).get("failed"))
+            failed |= bool(main(argv, command=relaunch_command(["--each", str(folder)])).get("failed"))
+        except Stopped:  # a signal stops every grid: the same command again continues
+            raise
         except SystemExit as e:  # fail() said why on stderr
             print(f"launch.py: grid `{shlex.join(argv)}` exited {e.code} (continuing)", file=sys.stderr)
             failed = True

@@ -12,7 +12,9 @@ Writes runs/{run_name}/curves.csv (every step size, seed and step) and one Tenso
 size under runs/{run_name}/eta_{eta}/ with the seed-mean of `charts/neg_distance` and
 `charts/update_norm`.
 """
+import contextlib
 import csv
+import io
 import math
 import os
 import sys
@@ -135,8 +137,8 @@ def resolve_args(args):
     for flag in ("num_steps", "num_seeds", "dim"):
         if getattr(args, flag) <= 0:
             raise BadFlag(f"--{flag.replace('_', '-')} must be positive (got {getattr(args, flag)})")
-    if args.seed < 0:
-        raise BadFlag(f"--seed must be >= 0 (got {args.seed})")
+    if not 0 <= args.seed <= 2**31 - args.num_seeds:  # every script's rule: its runs take seeds --seed, --seed + 1, ...
+        raise BadFlag(f"--seed must lie in [0, 2**31 - --num-seeds] = [0, {2**31 - args.num_seeds}] (got {args.seed})")
     for flag in ("init", "noise_std", "switch_step_size"):
         value = getattr(args, flag)
         if value is not None and not math.isfinite(value):
@@ -171,9 +173,23 @@ def resolve_args(args):
     return args
 
 
-if __name__ == "__main__":
-    args = tyro.cli(Args)
+def parse_command_line():
+    """Args from the command line. What tyro cannot read (an unknown flag, a value not of its type) is a BadFlag too,
+    one line naming it: tyro draws a box of several lines, whose second row (UTF-8 or ASCII) is its message."""
+    said = io.StringIO()
     try:
+        with contextlib.redirect_stderr(said):
+            return tyro.cli(Args)
+    except SystemExit as e:
+        if e.code != 2:  # --help
+            raise
+        rows = [line.strip(" │") for line in said.getvalue().splitlines() if line.strip(" │-─╭╮╰╯")]
+        raise BadFlag(f"{rows[1] if len(rows) > 1 else said.getvalue().strip()}; see --help") from None
+
+
+if __name__ == "__main__":
+    try:
+        args = parse_command_line()
         resolve_args(args)
         check_runs_directory()
     except BadFlag as e:

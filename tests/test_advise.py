@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import tyro
 from tensorboard.compat.proto.event_pb2 import Event
-from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 from benchmark import advise
@@ -55,18 +57,21 @@ def curves(kind, n=200, seed=0):
 
 
 def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, start=0, stamp=1764300000, seed=1,
-              every=1, argv=ARGV, resolved=FLAGS, step_tag="losses/approx_kl"):
+              every=1, argv=ARGV, resolved=FLAGS, step_tag="losses/approx_kl", hyperparameters=None):
     """A launcher run directory (command.json: `argv` and --seed, its `resolved` flags) whose TensorBoard run logs the
     curves of `kind` as the scripts do: every iteration its KL, DDR and entropy (another `step_tag`: that tag alone, as
     pqn_atari logs its update norm); its episodes' returns (three an iteration) inside the iteration, or in every
     `every`-th iteration only (an evaluation's cadence). `start`, `upto`: the iterations it logs; `stamp`: its name's
-    time stamp (a resumed run writes a new one)."""
+    time stamp (a resumed run writes a new one); `hyperparameters`: {flag: value} logged first as the scripts' text."""
     score, kl, entropy = curves(kind)
     tb = run_dir / "runs" / f"CartPole-v1__{script}__{seed}__{stamp}"
     tb.mkdir(parents=True, exist_ok=True)
     (run_dir / "command.json").write_text(json.dumps({"name": run_dir.name, "script": script, "seed": seed,
                                                       "argv": argv + ["--seed", str(seed)], "resolved": resolved, "flags": {}}))
     writer = EventFileWriter(str(tb))
+    if hyperparameters is not None:
+        writer.add_event(text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in
+                                                                                  hyperparameters.items())))
     for i in range(start, len(score) if upto is None else upto):
         step = (i + 1) * BATCH
         for offset, value in ((-700, score[i] - 1), (-400, score[i] + 1), (-100, score[i])) if (i + 1) % every == 0 else ():
@@ -84,6 +89,14 @@ def write_run(run_dir, kind, script="ppo_ewma_jax", upto=None, checkpoint=True, 
 
 def scalar(tag, value, step):
     return Event(wall_time=time.time(), step=int(step), summary=Summary(value=[Summary.Value(tag=tag, simple_value=float(value))]))
+
+
+def text(tag, value):
+    """A text summary as the scripts' writers log one (the text plugin's string tensor, tag <tag>/text_summary)."""
+    tensor = TensorProto(dtype="DT_STRING", string_val=[value.encode()], tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]))
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+    return Event(wall_time=time.time(), step=0, summary=Summary(value=[Summary.Value(tag=f"{tag}/text_summary", metadata=metadata,
+                                                                                     tensor=tensor)]))
 
 
 def report_of(tmp_path, kind, *flags):
@@ -426,15 +439,43 @@ def test_a_scripts_own_run_gets_command_lines_from_its_hyperparameters_text(tmp_
 
 
 def test_a_scripts_own_resumed_run_is_read_as_one(tmp_path):
-    """A resumed run writes a new TensorBoard run (a new time stamp): the attempts of one run are merged as a launched
-    run's are, whichever of them is named, and the newest checkpoint is the resumed attempt's."""
-    first = write_run(tmp_path / "work", "stagnated", upto=120, checkpoint=False)
-    resumed = write_run(tmp_path / "work", "stagnated", start=120, stamp=1764309999)
+    """A resumed run writes a new TensorBoard run (a new time stamp): the attempts of one run (the later one's --resume
+    names the earlier one's checkpoint, as its hyperparameters text says) are merged as a launched run's are,
+    whichever of them is named, and the newest checkpoint is the resumed attempt's."""
+    flags = {"env_id": "CartPole-v1", "exp_name": "ppo_ewma_jax", "seed": 1, "ewma_com": 8.0, "resume": None}
+    first = write_run(tmp_path / "work", "stagnated", upto=120, checkpoint=False, hyperparameters=flags)
+    resumed = write_run(tmp_path / "work", "stagnated", start=120, stamp=1764309999, hyperparameters={
+        **flags, "resume": f"runs/{first.name}/checkpoints/iter_120.npz", "total_timesteps": 409600})
     (tmp_path / "work" / "command.json").unlink()  # a script's working directory: its runs/ and nothing else
     (whole,) = advise.main([str(tmp_path / "work")])
     assert whole["iterations"] == 200 and [p["label"] for p in whole["phases"]] == ["improving", "stagnated"]
     (named,) = advise.main([str(first)])
     assert named["run"] == resumed.name and named["phases"] == whole["phases"]
+    (named,) = advise.main([str(resumed)])
+    assert named["run"] == resumed.name and named["phases"] == whole["phases"]
+
+
+@pytest.mark.parametrize("second", ["the same command again", "resumed with another COM"])
+def test_a_run_named_by_its_path_is_that_run_not_a_neighbour_of_its_env_experiment_and_seed(tmp_path, second):
+    """Two TensorBoard runs side by side whose names differ only in their time stamps (`<env>__<exp>__<seed>__<time>`)
+    are two runs unless the later one's --resume names the earlier one's checkpoint with its flags (its
+    hyperparameters text): the same command run twice, or an arm resumed from the first run's checkpoint with another
+    COM (claim 4), is a run of its own. Named by path, each is read alone; the working directory holds two runs."""
+    flags = {"env_id": "CartPole-v1", "exp_name": "ppo_ewma_jax", "seed": 1, "ewma_com": 8.0, "resume": None}
+    a = write_run(tmp_path / "work", "stagnated", hyperparameters=flags)
+    later = {**flags, "ewma_com": 256.0, "resume": f"runs/{a.name}/checkpoints/iter_160.npz"} \
+        if second == "resumed with another COM" else flags
+    b = write_run(tmp_path / "work", "improving", start=100, stamp=1764309999, hyperparameters=later)
+    (tmp_path / "work" / "command.json").unlink()  # a script's working directory: its runs/ and nothing else
+    (report_a,) = advise.main([str(a)])
+    assert report_a["run"] == a.name and report_a["iterations"] == 200
+    assert [p["label"] for p in report_a["phases"]] == ["improving", "stagnated"]
+    resume = shlex.split(report_a["remedies"][-1]["command"])  # from its own newest checkpoint, not b's
+    assert resume[resume.index("--resume") + 1] == str(a / "checkpoints" / "iter_160.npz")
+    (report_b,) = advise.main([str(b)])
+    assert report_b["run"] == b.name and report_b["iterations"] == 100 and report_b["phases"][0]["iterations"][0] == 1
+    both = advise.main([str(tmp_path / "work")])
+    assert sorted((r["run"], r["iterations"]) for r in both) == [(a.name, 200), (b.name, 100)]
 
 
 def test_follow_prints_a_line_when_the_phase_changes(tmp_path):
@@ -476,11 +517,11 @@ def test_follow_reads_again_after_a_poll_that_fails(tmp_path, capsys, monkeypatc
     write_run(tmp_path / "run", "stagnated", checkpoint=False)
     gather, calls = advise.gather, []
 
-    def first_fails(opts):
+    def first_fails(opts, damaged):
         calls.append(1)
         if len(calls) == 1:
             raise OSError("an event file being written")
-        return gather(opts)
+        return gather(opts, damaged)
 
     monkeypatch.setattr(advise, "gather", first_fails)
     advise.main([str(tmp_path / "run"), "--follow", "0.01", "--polls", "2"])

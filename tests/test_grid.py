@@ -190,6 +190,12 @@ def test_budgets_from_iterations_follow_the_scripts_own_batch(tmp_path, capsys):
     (["--workers", "0"], "--workers must be positive"),
     (["--script", "../benchmark/common"], "--script must name one of cleanrl_scale/'s scripts, noisy_sgd, ppo_atari_envpool"),
     (["--", "--step-sizes", "0.1", "0.1"], "grid flag --step-sizes: the value 0.1 is given twice"),
+    (["--iterations", "0"], "--iterations must be positive (got 0)"),  # not the script's default budget
+    (["--iterations", "-2"], "--iterations must be positive (got -2)"),
+    (["--total-timesteps", "0"], "--total-timesteps is every run's budget only with --fixed-budget"),
+    # argparse's own errors: one line, not its usage block
+    (["--workers", "two"], "argument --workers: invalid int value: 'two'"),
+    (["--slurm", "--slurm-cluster", "nowhere"], "argument --slurm-cluster: invalid choice: 'nowhere'"),
 ])
 def test_bad_flags_stop_the_launch_with_one_line(tmp_path, grid, text):
     split = grid.index("--") if "--" in grid else len(grid)
@@ -198,6 +204,28 @@ def test_bad_flags_stop_the_launch_with_one_line(tmp_path, grid, text):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("launch.py: error:") and text in lines[0], result.stderr
     assert not any(tmp_path.iterdir())  # nothing registered, nothing run
+
+
+def test_a_launch_without_script_is_refused_with_one_line(tmp_path):
+    result = launch_cli(["--out-dir", str(tmp_path), "--seeds", "1"])
+    assert result.returncode == 2 and result.stderr == "launch.py: error: the following arguments are required: --script\n", \
+        result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_slurm_without_slurm_is_refused_unless_the_local_path_is_asked_for(tmp_path):
+    """Without sbatch on PATH, --slurm would run the runs here through submitit's local executor (and say it submitted
+    them): refused before anything is written. A dry run, and --slurm-cluster local or debug, need no Slurm."""
+    path = os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not os.path.exists(os.path.join(d, "sbatch")))
+    argv = [sys.executable, str(ROOT / "benchmark" / "launch.py"), "--script", "noisy_sgd", "--out-dir", str(tmp_path / "out"),
+            "--slurm", "--", "--num-steps", "10"]
+    env = dict(os.environ, PATH=path, WANDB_MODE="offline")
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stdout + result.stderr
+    assert result.stderr.startswith("launch.py: error: --slurm: no Slurm here (no sbatch on PATH)"), result.stderr
+    assert not any(tmp_path.iterdir())
+    dry = subprocess.run(argv[:-3] + ["--dry-run"] + argv[-3:], capture_output=True, text=True, env=env, timeout=120)
+    assert dry.returncode == 0 and "noisy_sgd.py --num-steps 10" in dry.stdout, dry.stderr
 
 
 @pytest.mark.parametrize("out_dir, store, text", [
@@ -404,8 +432,9 @@ def test_a_killed_run_resumes_from_its_checkpoint_on_retry(tmp_path):
 
 
 def test_ctrl_c_at_the_launcher_stops_its_run_with_a_checkpoint_and_the_next_launch_resumes_it(tmp_path):
-    """A terminal's Ctrl-C reaches the launcher and its run (one process group): the run checkpoints and says so, the
-    launcher waits for it and exits 130 with the run recorded as preempted, not failed; launched again, it resumes."""
+    """A terminal's Ctrl-C (to the launcher's process group; each run has a group of its own) reaches the launcher,
+    which passes it on once: the run checkpoints and says so, the launcher waits for it and exits 130 with the run
+    recorded as preempted, not failed; launched again, it resumes."""
     argv = [*BREAKOUT, *BREAKOUT_LONG, "--out-dir", str(tmp_path), *BREAKOUT_FLAGS]
     launcher = subprocess.Popen([sys.executable, str(ROOT / "benchmark" / "launch.py"), *argv], stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -417,7 +446,8 @@ def test_ctrl_c_at_the_launcher_stops_its_run_with_a_checkpoint_and_the_next_lau
     output = launcher.communicate(timeout=300)[0]
     assert launcher.returncode == 130 and "Traceback" not in output, output
     assert (run_dir / "preempted.json").exists() and not (run_dir / "failed.json").exists()
-    assert re.search(r"stopped by signal 2 after iteration \d+; resume with --resume", (run_dir / "stdout.log").read_text())
+    # at the iteration's end, or during it with the checkpoint of its start (an iteration longer than STOP_SECONDS)
+    assert re.search(r"stopped by signal 2 (after|during) iteration \d+; resume with --resume", (run_dir / "stdout.log").read_text())
     again = launch_cli(argv, timeout=600)
     assert again.returncode == 0 and again.stdout.strip().splitlines()[-1].startswith("1 done"), again.stdout + again.stderr
     assert_resumed(run_dir, int(BREAKOUT_LONG[1]))
@@ -446,8 +476,8 @@ def test_slurm_preemption_requeues_and_resumes_through_submitit(tmp_path):
     task.send_signal(signal.SIGUSR2)
     assert job.result() == "done"
     assert_resumed(run_dir, int(BREAKOUT_LONG[1]))
-    # stopped by SIGTERM, it checkpointed the iteration it was in and said so
-    assert "stopped by signal 15 after iteration" in (run_dir / "stdout.log.1").read_text()
+    # stopped by SIGTERM, it checkpointed (the iteration it was in, or the start of it) and said so
+    assert re.search(r"stopped by signal 15 (after|during) iteration", (run_dir / "stdout.log.1").read_text())
 
 
 @shared_runs(minutes=3)

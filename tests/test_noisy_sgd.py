@@ -72,7 +72,11 @@ def test_copy_writes_csv_of_every_seed_and_tensorboard_seed_means(tmp_path):
     (["--switch-step", "10"], "--switch-step-size must lie in (0, 1)"),
     (["--switch-step", "5000", "--switch-step-size", "0.1"], "--switch-step must lie in [0, --num-steps)"),
     (["--num-seeds", "0"], "--num-seeds must be positive"),
-    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--seed", "-1"], "--seed must lie in [0, 2**31 - --num-seeds] = [0, 2147483643] (got -1)"),
+    # the seeds --seed.. of its --num-seeds runs, within the int32 seeds of every other script
+    (["--seed", str(2**31)], "--seed must lie in [0, 2**31 - --num-seeds] = [0, 2147483643] (got 2147483648)"),
+    (["--seed", str(2**64), "--num-seeds", "1"], "--seed must lie in [0, 2**31 - --num-seeds] = [0, 2147483647] (got 18446744073709551616)"),
+    (["--seed", str(2**31 - 2), "--num-seeds", "3"], "--seed must lie in [0, 2**31 - --num-seeds] = [0, 2147483645]"),
     (["--num-steps", "2000000000"], "needs 596.0 GiB for the curves, more than half of this machine's"),
     (["--init", "nan"], "--init must be a finite number"),
     (["--noise-std", "inf"], "--noise-std must be a finite number"),
@@ -84,3 +88,22 @@ def test_copy_writes_csv_of_every_seed_and_tensorboard_seed_means(tmp_path):
 ])
 def test_bad_flags(tmp_path, flags, message):
     assert_bad_input(run_copy(SCRIPT, flags, tmp_path, timeout=120), tmp_path, message)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dim", "1e10"], "Error parsing --dim: invalid literal for int() with base 10: '1e10'; see --help"),
+    (["--no-such-flag"], "Unrecognized options: --no-such-flag; see --help"),
+])
+def test_what_tyro_cannot_read_is_one_line(argv, message, monkeypatch, capsys):
+    """A malformed flag is a BadFlag naming it (tyro itself draws a box of several lines); exit 2 and the one line, as
+    the other refusals (test_bad_flags)."""
+    module = load_script("noisy_sgd")
+    monkeypatch.setattr("sys.argv", ["noisy_sgd.py", *argv])
+    with pytest.raises(module.BadFlag) as refused:
+        module.parse_command_line()
+    assert str(refused.value) == message and capsys.readouterr().err == ""
+
+
+def test_a_malformed_flag_exits_2_with_one_line(tmp_path):
+    assert_bad_input(run_copy("noisy_sgd", ["--num-steps", "many"], tmp_path, timeout=120), tmp_path,
+                     "Error parsing --num-steps: invalid literal for int() with base 10: 'many'")

@@ -9,9 +9,9 @@ Writes a synthetic grid with the shape of `runners/atari10_nenvs.sh` at the pape
 --scale of each run's iterations (the full grid is ~1.2 billion records, ~60 GB of event files). Then runs the
 analysis as a user would (a separate process, --jobs workers) and reports records/s, wall time and peak memory
 (the largest process, and main + jobs x the largest worker as a bound), and extrapolates the wall time to the full
-grid at the measured rate. Event records are framed and serialised as TensorBoard's writer does, without CRCs (the analysis
-does not read them; TensorBoard's own reader would refuse these files). records/s is the grid's records over the
-time the analysis took to read them, whatever it skipped.
+grid at the measured rate. Event records are framed, serialised and checksummed as TensorBoard's writer does them (the
+analysis checks every record's CRCs). records/s is the grid's records over the time the analysis took to read them,
+whatever it skipped.
 """
 import argparse
 import json
@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import google_crc32c
 import numpy as np
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
@@ -44,9 +45,15 @@ def configs(budget, steps, batch, nenvs, base_envs=8, rollouts=(256, 512, 1024))
     return sorted((n, t, budget // (n * t)) for n, t in grid)
 
 
+def masked_crc(data):
+    crc = google_crc32c.value(data)
+    return struct.pack("<I", (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+
 def record(event):
     data = event.SerializeToString()
-    return struct.pack("<Q", len(data)) + b"\0\0\0\0" + data + b"\0\0\0\0"
+    length = struct.pack("<Q", len(data))
+    return length + masked_crc(length) + data + masked_crc(data)
 
 
 def write_run(path, batch, iterations, rng):
