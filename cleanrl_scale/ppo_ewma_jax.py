@@ -719,7 +719,7 @@ def train(args, run):
         run.log(first, last, partial(call_metrics, scalars, tags, measure, active))
         if locomotion and run.due(args.eval_every):
             rngs = jax.vmap(jax.random.fold_in, (0, None))(eval_keys, last)
-            solve_rates, returns = jax.device_get(evaluation.result()(runner.params, levels, rngs))
+            solve_rates, returns = jax.device_get(ready(evaluation.result()(runner.params, levels, rngs)))
             run.write([{"charts/solve_rate": s, "charts/eval_return": r} for s, r in zip(solve_rates, returns)])
         run.checkpoint(lambda: run.seeds_state((runner, levels)))
     return run.finish()
@@ -834,7 +834,8 @@ class BadFlag(ValueError):
 def parse_command_line():
     """The flags (command_line()), read by tyro. What tyro refuses (an unknown flag, a value not of the flag's type, a
     missing value) is a BadFlag too: tyro draws a box of 5-10 lines on stderr, taken apart here into one line."""
-    said = io.StringIO()
+    said, columns = io.StringIO(), os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100000"  # tyro wraps its box at the terminal's width, mid-word
     try:
         with contextlib.redirect_stderr(said):
             args = tyro.cli(command_line())
@@ -842,6 +843,8 @@ def parse_command_line():
         if e.code != 2:  # --help
             raise
         raise BadFlag(one_line(said.getvalue())) from None
+    finally:
+        os.environ.pop("COLUMNS") if columns is None else os.environ.update(COLUMNS=columns)
     sys.stderr.write(said.getvalue())  # tyro's warnings, if any
     return args
 
@@ -871,11 +874,9 @@ def one_line(box):
     missing = re.match(r"Missing value for argument '(--\S+)'", message)
     if missing:
         return f"{missing[1]} needs a value; see --help"
-    for section in sections[1:]:
-        if section and section[0].startswith("Perhaps you meant"):
-            meant = [row.split()[0] for row in section[1:] if row.startswith("--")]
-            message += f" (perhaps {' or '.join(meant)})" if meant else ""
-    return message + "; see --help"
+    meant = [row.split()[0] for section in sections[1:] if section[0].startswith(("Perhaps you meant", "Arguments similar"))
+             for row in section[1:] if row.startswith("--")]
+    return message + (f" (perhaps {' or '.join(dict.fromkeys(meant))})" if meant else "") + "; see --help"
 
 
 def flag(name):
@@ -1037,7 +1038,8 @@ def no_checkpoint_at(path):
     if not os.path.isdir(path):
         return f"--resume {path}: no such file"
     found = sorted((name for pattern in ("", "checkpoints", "*/checkpoints", "runs/*/checkpoints")
-                    for name in glob.glob(os.path.join(glob.escape(path), pattern, "iter_*.npz"))), key=os.path.getmtime)
+                    for name in glob.glob(os.path.join(glob.escape(path), pattern, "iter_*.npz"))),
+                   key=lambda name: os.stat(name).st_mtime if os.path.exists(name) else 0)
     return f"--resume {path} is a directory: name a checkpoint file" + (f", such as {found[-1]}" if found else " (none is in it)")
 
 
@@ -1181,7 +1183,6 @@ def save_checkpoint(path, state, iteration, global_step, train_seconds, args):
     tmp = f"{path}.tmp.npz"
     np.savez(tmp, meta=np.array(json.dumps(meta)), **{f"leaf_{i}": x for i, x in enumerate(leaves)})
     os.replace(tmp, path)  # never a half-written checkpoint
-    prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
 
 
 def prune_checkpoints(directory, keep):
@@ -1225,8 +1226,11 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
             raise self
         self.signum = self.signum or signum
         seconds = self.eta()  # a line at once, written straight to the descriptor (a print here could land inside one)
-        os.write(2, (f"\n{name} received: stopping after the running call, with a checkpoint"
-                     + (f", in about {seconds:.0f} s" if seconds is not None else "") + "; a Ctrl-C aborts at once\n").encode())
+        try:
+            os.write(2, (f"\n{name} received: stopping after the running call, with a checkpoint"
+                         + (f", in about {seconds:.0f} s" if seconds is not None else "") + "; a Ctrl-C aborts at once\n").encode())
+        except OSError:  # stderr closed (a pipe's reader gone): the stop goes on
+            pass
 
     @property
     def exit_status(self):
@@ -1372,12 +1376,12 @@ class Run:
             self.flush()
         self.pending = (first, last, rows)
         stopping = self.stop.signum is not None and last < self.args.num_iterations  # read once: it may change any time
-        if jax.process_count() > 1:  # several processes: they agree on it
-            stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
-        self.stopping = stopping
         # fetched now, too, where the next call would not start before this one ends anyway (the first call, or a call
         # longer than CALL_SECONDS): a stop then waits for the running call only
         long = self.per_iteration is None or self.per_iteration * (last - first + 1) > CALL_SECONDS
+        if jax.process_count() > 1:  # several processes agree on both (a flush decides whether they meet at a barrier)
+            stopping, long = map(bool, multihost_utils.process_allgather(np.array([stopping, long], np.int32)).any(axis=0))
+        self.stopping = stopping
         if stopping or long or last == self.args.num_iterations or any(self.due(every) for every in self.ends):
             self.flush()
 
@@ -1429,7 +1433,8 @@ class Run:
             os.makedirs(f"runs/{self.names[0]}/checkpoints", exist_ok=True)
             path = f"runs/{self.names[0]}/checkpoints/iter_{last}.npz"
             save_checkpoint(path, state(), last, self.global_step, self.train_seconds + time.time() - self.start_time, args)
-            self.stop.checkpoint = path  # named once written
+            self.stop.checkpoint = path  # named once written, before the older ones go: an abort names this one
+            prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
         if self.pending is None:
             barrier(f"after {ITERATION} {last}")
 

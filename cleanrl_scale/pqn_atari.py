@@ -635,7 +635,8 @@ def check_runs_directory():
 def parse_command_line():
     """The flags (RunArgs), read by tyro. What tyro refuses (an unknown flag, a value not of the flag's type, a missing
     value) is a BadFlag too: tyro draws a box of 5-10 lines on stderr, taken apart here into one line."""
-    said = io.StringIO()
+    said, columns = io.StringIO(), os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100000"  # tyro wraps its box at the terminal's width, mid-word
     try:
         with contextlib.redirect_stderr(said):
             args = tyro.cli(RunArgs)
@@ -643,6 +644,8 @@ def parse_command_line():
         if e.code != 2:  # --help
             raise
         raise BadFlag(one_line(said.getvalue())) from None
+    finally:
+        os.environ.pop("COLUMNS") if columns is None else os.environ.update(COLUMNS=columns)
     sys.stderr.write(said.getvalue())  # tyro's warnings, if any
     return args
 
@@ -668,11 +671,9 @@ def one_line(box):
     missing = re.match(r"Missing value for argument '(--\S+)'", message)
     if missing:
         return f"{missing[1]} needs a value; see --help"
-    for section in sections[1:]:
-        if section and section[0].startswith("Perhaps you meant"):
-            meant = [row.split()[0] for row in section[1:] if row.startswith("--")]
-            message += f" (perhaps {' or '.join(meant)})" if meant else ""
-    return message + "; see --help"
+    meant = [row.split()[0] for section in sections[1:] if section[0].startswith(("Perhaps you meant", "Arguments similar"))
+             for row in section[1:] if row.startswith("--")]
+    return message + (f" (perhaps {' or '.join(dict.fromkeys(meant))})" if meant else "") + "; see --help"
 
 
 def no_checkpoint_at(path):
@@ -680,7 +681,8 @@ def no_checkpoint_at(path):
     if not os.path.isdir(path):
         return f"--resume {path}: no such file"
     found = sorted((name for pattern in ("", "checkpoints", "*/checkpoints", "runs/*/checkpoints")
-                    for name in glob.glob(os.path.join(glob.escape(path), pattern, "iter_*.pt"))), key=os.path.getmtime)
+                    for name in glob.glob(os.path.join(glob.escape(path), pattern, "iter_*.pt"))),
+                   key=lambda name: os.stat(name).st_mtime if os.path.exists(name) else 0)
     return f"--resume {path} is a directory: name a checkpoint file" + (f", such as {found[-1]}" if found else " (none is in it)")
 
 
@@ -746,8 +748,9 @@ class Run:
     Ctrl-C among the two aborts at once (the logs flushed, the last checkpoint named)."""
 
     def __init__(self, args, describe):
-        self.args, self.signals, self.stopping, self.now = args, [], False, False
+        self.args, self.signals, self.stopping, self.now, self.signalled = args, [], False, False, None
         self.iteration, self.iteration_started, self.iteration_seconds, self.boundary, self.progress = 0, None, None, None, None
+        self.start_iteration, self.global_step, self.last_checkpoint, self.saved, self.writer = 0, 0, args.resume, None, None
         for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(signum, self.on_signal)
         Run.current = self  # for the entry point's abort
@@ -774,13 +777,13 @@ class Run:
             torch.set_num_threads(args.torch_threads)
         self.device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
         self.recent_returns = deque(maxlen=20)
-        self.start_iteration, self.global_step, self.last_checkpoint = 0, 0, args.resume
 
     def on_signal(self, signum, frame):
         again = bool(self.signals) and (signum == signal.SIGINT or signal.SIGINT in self.signals)
         self.signals.append(signum)
         if again:
             raise KeyboardInterrupt  # unwinds to the entry point, which flushes the logs and exits
+        self.signalled = self.signalled or time.time()  # check() stops at once STOP_SECONDS after it, whatever the estimate
         left = None if self.iteration_seconds is None else self.iteration_started + self.iteration_seconds - time.time()
         self.now = left is None or left > STOP_SECONDS
         if not self.now:
@@ -789,8 +792,10 @@ class Run:
             when = "now; nothing is saved before the first iteration ends"
         else:
             when = f"now, with the checkpoint of iteration {self.iteration - 1} (iteration {self.iteration} is trained again on resume)"
-        # written straight to the descriptor: a print here could land inside another one
-        os.write(2, f"\n{signal.Signals(signum).name} received: stopping {when}; a Ctrl-C aborts at once\n".encode())
+        try:  # written straight to the descriptor: a print here could land inside another one
+            os.write(2, f"\n{signal.Signals(signum).name} received: stopping {when}; a Ctrl-C aborts at once\n".encode())
+        except OSError:  # stderr closed (a pipe's reader gone): the stop goes on
+            pass
 
     def mark(self, iteration, global_step, **state):
         """Iteration `iteration` starts: what its checkpoint would hold is kept (copied, unless a checkpoint of the
@@ -799,13 +804,15 @@ class Run:
         if self.iteration_started is not None:
             self.iteration_seconds = now - self.iteration_started
         self.iteration, self.iteration_started = iteration, now
-        written = self.last_checkpoint and self.last_checkpoint.endswith(f"/iter_{iteration - 1}.pt")
-        self.boundary = None if written or iteration - 1 == self.start_iteration and not self.args.resume else \
+        nothing = iteration - 1 == self.start_iteration and not self.args.resume  # a fresh run's first iteration
+        self.boundary = None if self.saved == iteration - 1 or nothing else \
             copy.deepcopy(self.state(iteration - 1, global_step, **state))
+        self.now = self.now or bool(self.signals)  # a signal after the last iteration's end read them: stop here
 
     def check(self, envs):
-        """In the page's loops: after a signal that cannot wait for the iteration's end, stop now (mark's checkpoint)."""
-        if self.now:
+        """In the page's loops: after a signal that cannot wait for the iteration's end (or has waited STOP_SECONDS for
+        it), stop now, with mark's checkpoint."""
+        if self.now or self.signalled and time.time() - self.signalled > STOP_SECONDS:
             if self.boundary is not None:
                 self.write_checkpoint(self.boundary)
             if self.progress is not None:
@@ -834,6 +841,7 @@ class Run:
                 obj.load_state_dict(state[name])
         if state:
             self.start_iteration, self.global_step = state["iteration"], state["global_step"]
+            self.saved = self.start_iteration  # on disk: the --resume file
             self.recent_returns.extend(state["recent_returns"])
             rng = state["rng"]
             random.setstate(rng["python"])
@@ -914,10 +922,10 @@ class Run:
         os.makedirs(directory, exist_ok=True)
         torch.save(state, f"{path}.tmp")
         os.replace(f"{path}.tmp", path)  # never a half-written checkpoint
+        self.last_checkpoint, self.saved = path, iteration  # named before the older ones go: an abort names this one
         saved = sorted(int(name[5:-3]) for name in os.listdir(directory) if re.fullmatch(r"iter_\d+\.pt", name))
         for old in saved[: -self.args.keep_checkpoints] if self.args.keep_checkpoints else []:
             os.remove(os.path.join(directory, f"iter_{old}.pt"))
-        self.last_checkpoint = path
 
     def stop_if_signalled(self, iteration, envs):
         """After a signal (read by checkpoint_due), close the run and exit with the --resume line: 75, 130 for Ctrl-C."""
@@ -969,7 +977,7 @@ if __name__ == "__main__":
     except KeyboardInterrupt:  # a second signal with a Ctrl-C among them (or a Ctrl-C before the run had set up)
         run = getattr(Run, "current", None)
         last = run and run.last_checkpoint
-        if run:
+        if run and run.writer is not None:
             run.writer.close()  # what was logged up to the abort
         print(f"stopped by signal {signal.SIGINT} (aborted); " + (f"resume with --resume {last}" if last else "nothing saved: rerun the command"))
         sys.stdout.flush(), sys.stderr.flush()

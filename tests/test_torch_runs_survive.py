@@ -299,7 +299,7 @@ def test_the_torch_signal_rules(signals, aborts_at, capfd):
         for seconds, said in ((2.0, "at the end of iteration 7 (in about 2 s), with a checkpoint"),
                               (60.0, "now, with the checkpoint of iteration 6 (iteration 7 is trained again on resume)")):
             run = module.Run.__new__(module.Run)
-            run.signals, run.last_checkpoint, run.boundary = [], "runs/x/checkpoints/iter_6.pt", None
+            run.signals, run.last_checkpoint, run.boundary, run.signalled = [], "runs/x/checkpoints/iter_6.pt", None, None
             run.iteration, run.iteration_started, run.iteration_seconds = 7, time.time(), seconds
             for i, signum in enumerate(signals):
                 if i == aborts_at:
