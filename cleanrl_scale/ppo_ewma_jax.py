@@ -1228,7 +1228,8 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
         seconds = self.eta()  # a line at once, written straight to the descriptor (a print here could land inside one)
         try:
             os.write(2, (f"\n{name} received: stopping after the running call, with a checkpoint"
-                         + (f", in about {seconds:.0f} s" if seconds is not None else "") + "; a Ctrl-C aborts at once\n").encode())
+                         + (f", in about {seconds:.0f} s" if seconds is not None else " (the first: its length is not known yet)")
+                         + "; a Ctrl-C aborts at once\n").encode())
         except OSError:  # stderr closed (a pipe's reader gone): the stop goes on
             pass
 
@@ -1375,12 +1376,16 @@ class Run:
         if self.pending:
             self.flush()
         self.pending = (first, last, rows)
-        stopping = self.stop.signum is not None and last < self.args.num_iterations  # read once: it may change any time
-        # fetched now, too, where the next call would not start before this one ends anyway (the first call, or a call
-        # longer than CALL_SECONDS): a stop then waits for the running call only
+        # a call the next one would not start before anyway (the first, or one longer than CALL_SECONDS) is waited for
+        # here, before the stop is read: a signal during it stops the run after it, with no call queued behind it
         long = self.per_iteration is None or self.per_iteration * (last - first + 1) > CALL_SECONDS
-        if jax.process_count() > 1:  # several processes agree on both (a flush decides whether they meet at a barrier)
-            stopping, long = map(bool, multihost_utils.process_allgather(np.array([stopping, long], np.int32)).any(axis=0))
+        if jax.process_count() > 1:  # several processes agree (a flush decides whether they meet at a barrier)
+            long = bool(multihost_utils.process_allgather(np.int32(long)).any())
+        if long:
+            self.flush()
+        stopping = self.stop.signum is not None and last < self.args.num_iterations  # read once: it may change any time
+        if jax.process_count() > 1:  # several processes: they agree on it
+            stopping = bool(multihost_utils.process_allgather(np.int32(stopping)).any())
         self.stopping = stopping
         if stopping or long or last == self.args.num_iterations or any(self.due(every) for every in self.ends):
             self.flush()

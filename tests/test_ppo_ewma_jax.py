@@ -932,6 +932,8 @@ def locomotion_run(tmp_path_factory, fast_compile):
     workdir = tmp_path_factory.mktemp("locomotion")
     result = run_script(TINY_LOCOMOTION + ["--ewma-com", "2", "--eval-every", "2", "--save-every", "2"], workdir)
     assert result.returncode == 0, result.stderr[-3000:]
+    # a quiet start: Grain's absl warning (through Kinetix) filtered out
+    assert "Grain multiprocess worker profiling" not in result.stderr, result.stderr[-3000:]
     return run_dirs(workdir)[0]
 
 

@@ -137,9 +137,16 @@ launch() {
             > "$DRY_RUN_GRIDS/$(printf '%06d' "$DRY_RUN_COUNT")"
         return 0
     fi
+    local status=0
     # shellcheck disable=SC2086
     "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait "$@" \
-        || { echo "runner: grid $name: launch exited $? (continuing)" >&2; FAILED=1; return 1; }
+        || status=$?
+    if [[ $status == 75 || $status == 130 ]]; then  # the launch was stopped by a signal: so is the runner
+        echo "runner: grid $name: stopped by a signal (launch exited $status); run the runner again to continue" >&2
+        exit "$status"
+    elif [[ $status != 0 ]]; then
+        echo "runner: grid $name: launch exited $status (continuing)" >&2; FAILED=1; return 1
+    fi
 }
 
 # checkpoint_of <grid name> <launcher flags...> -- <grid flags...>: per run of that grid, its newest checkpoint, a tab and
