@@ -116,7 +116,7 @@ def test_policy_loss_is_openai_compute_losses_on_random_inputs(either, seed, imp
 
 
 @pytest.mark.parametrize("case", [
-    dict(new=[-0.5], prox=[-8.0], behav=[-10.0], adv=[-1.0]),  # issue 12's example: ratio e^9.5 against the bound 100
+    dict(new=[-0.5], prox=[-8.0], behav=[-10.0], adv=[-1.0]),  # far past the bound: the ratio pi / pi_behav is e^9.5, against --imp-samp-max 100
     dict(new=[-1.0], prox=[-1.0], behav=[-1.0], adv=[2.0]),  # a single sample, all policies equal
     dict(new=[np.log(100.0) - 5.0], prox=[-4.0], behav=[-5.0], adv=[1.0]),  # the ratio exactly at the bound
     dict(new=[-2.0, 0.0], prox=[-2.0, 0.0], behav=[-2.0, 0.0], adv=[0.0, 0.0]),  # zero advantages
