@@ -4,7 +4,7 @@
 # (the resume_<COM> grids: raising and lowering the COM, the starting COM as the control); compared in one analysis
 # (resume_all: a curve per starting COM x new COM, as the paper's legend "COM (starting COM)"). Kinetix locomotion,
 # 5 seeds; the COMs and lengths are this project's choice.
-# Claim 4 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), seeds 6-10, COM 8 for 122 iterations (1M
+# Claim 4 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), seeds 11-15 (6-10 until the plateau premise became the slopes' comparison, fixed before the reruns on 11-15), COM 8 for 122 iterations (1M
 # steps; the plateau is com_eps.sh's COM-8 runs, shared through the store), then resumed with COM 8 (the control) and
 # 256 to 244 iterations (PART=raise); and, since 2026-11-28 (fixed before any of its runs), the lowering arm
 # (PART=lower): com_eps.sh's COM-256 runs, shared as the plateau_256 grid, resumed with COM 8 to 244 iterations (no
@@ -24,7 +24,7 @@ if smoke; then
     SEEDS="1 2"; ENV=(--env-id CartPole-v1 --num-envs 16 --num-steps 16 --num-minibatches 4); PLATEAU=3; TOTAL=6
     STARTS="1"; COMS="1 16"
 elif [[ "$SCALE" == small ]]; then
-    SEEDS="6 7 8 9 10"; ENV=("${STAG_SMALL[@]}"); PLATEAU=$STAG_SMALL_ITER; TOTAL=$((2 * STAG_SMALL_ITER)); STARTS="8 256"
+    SEEDS="11 12 13 14 15"; ENV=("${STAG_SMALL[@]}"); PLATEAU=$STAG_SMALL_ITER; TOTAL=$((2 * STAG_SMALL_ITER)); STARTS="8 256"
     COMS="8 256"; LOWERED="8"
 elif [[ "$SCALE" == gpu ]]; then
     SEEDS="$STAG_GPU_SEEDS"; ENV=(--env-id locomotion); PLATEAU=$((STAG_GPU_ITER / 2)); TOTAL=$STAG_GPU_ITER
