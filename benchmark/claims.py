@@ -16,7 +16,7 @@ standardised effect size and the minimum detectable effect (MDE) at 80% power fo
 **reproduced** when every condition is supported, **contradicted** when one or more are contradicted and none
 supported, **mixed** when some are supported and some contradicted, **undecided** otherwise; a premise (the
 experiment ran in the regime the claim is about) counts for no label, and what it gates is undecided where it fails.
-This rule was fixed on 2026-11-27, before any rerun under it; until then a condition held or did not (an interval holding zero counted as
+This rule was fixed on 2026-11-27, after the first round of results and before the reruns it judged; until then a condition held or did not (an interval holding zero counted as
 "does not") and a claim was reproduced / partly / not reproduced.
 
 The tables are analyze.py's (`scores.csv`: per run its final score, the mean of the tag over the last 10% of
@@ -177,7 +177,7 @@ def decide(conditions, alpha=ALPHA):
 
 
 def label(conditions):
-    """The claim's label, by the rule fixed on 2026-11-27 before any rerun: reproduced when every condition is
+    """The claim's label, by the rule fixed on 2026-11-27 (after the first results, before the reruns it judged): reproduced when every condition is
     supported; contradicted when one or more are contradicted and none supported; mixed when some are supported and
     some contradicted; undecided otherwise (none contradicted, not all supported: the seeds cannot tell). A premise
     (the experiment ran in the regime the claim is about) counts for neither: where it fails, what it gates is
@@ -770,8 +770,8 @@ def report(number, out_dir, scale="small"):
     lines = [f"### Claim {number} ({source}): {result.upper()} ({counts})\n", f"{claim}.\n", f"Command: `{command}`\n",
              f"Intervals at {100 * level:.4g}% (Bonferroni: {100 * (1 - ALPHA):g}% over the claim's {len(conditions)} "
              f"conditions{', premises included' if premises else ''}); effect size: the estimate over its standard "
-             f"deviation; MDE: the smallest true excess over the margin found with probability {POWER:g} at that level, "
-             f"from the observed standard error.\n",
+             f"deviation; MDE: the smallest true excess over the margin found with probability {POWER:g} at that level "
+             f"(the noncentral t), from the observed standard error.\n",
              "| condition | outcome | estimate [interval] | effect size | MDE (n) | numbers |", "|---|---|---|---|---|---|"]
 
     def cell(text):  # ||x|| inside a markdown table
