@@ -22,10 +22,17 @@ a window), and each window is labelled:
 - otherwise the slope's interval holds zero (flat).
 A window's trend changes the run's only when the next `--patience` - 1 windows agree (chance makes one window in 20
 look improving or declining at the 5% level); a collapse holds at once, and a run leaving one is flat until a trend
-agrees. A flat window is then **not improving yet** before the run improved; **stagnated** (the paper's plateau: the
+agrees. The first window counts as improving where it rose early: the mean score of each of the next `--patience`
+windows above the mean of its first 5 scores (the paper's premature plateau: a rise within the first 20 iterations,
+then flat windows, which cannot confirm it). A flat window is then **not improving yet** before the run improved;
+**stagnated** (the paper's plateau: the
 score stalls while the policy keeps moving) when its step is at least `--large-step` of the median step of the
 windows that improved; else **levelling off** (the updates shrank with the score: converged at these settings, or
-too strongly regularised). Consecutive windows of a label make a phase. The advice reads the last phase: stagnated
+too strongly regularised). A flat or declining window of a categorical policy whose median entropy is below
+`--entropy-floor` nats and whose median KL is at least that entropy is **thrashing** (near deterministic, still taking
+large steps). Consecutive windows of a label make a phase. The advice reads the last phase: improving says more steps
+should pay only where the slope over the last `--patience` windows lies above zero; thrashing gives a smaller outer
+step (`--ewma-com` x `--scale`, or half `--clip-coef`) from the newest checkpoint, never a larger one; stagnated
 (or declining with large steps) gives the paper's remedies (§4.4-5): `--num-envs` x `--scale` under
 `--scaling-recipe more-minibatches` from the run's own minibatches and learning rate (hybrid where the minibatches
 would outnumber the envs) for as many iterations, the DDR that reaches at most, and a smaller outer step from the
@@ -66,6 +73,8 @@ from benchmark.launch import CHECKPOINT, checkpoint_seeds, script_module  # noqa
 STEP_TAGS = ("losses/approx_kl", "charts/update_norm_actor", "charts/update_norm")  # the first a run logs
 SCORE_TAGS = ("charts/solve_rate", "eval/solve_rate_sampled", "charts/episodic_return", "charts/neg_distance")
 EVIDENCE = {"ddr": "charts/ddr", "entropy": "losses/entropy", "update_norm_actor": "charts/update_norm_actor"}
+FLAT = ("not improving yet", "stagnated", "levelling off")  # a window whose score's slope interval holds zero
+DISCRETE_POLICY = ("ppo_ewma_jax", "ppo_atari_envpool", "ppo_procgen_envpool", "ppo_rnd")  # a categorical policy's entropy
 
 
 def fail(message):
@@ -144,13 +153,16 @@ def trend_holds(scores, trend, opts):
     return s is not None and (s[1] > 0 if trend == "improving" else s[2] < 0)
 
 
-def label_windows(windows, opts):
+def label_windows(windows, opts, discrete=False):
     """Each window's label, in order (the rule in this file's docstring). First each window's own trend: collapsed,
     improving, declining or flat. A change of trend holds only where the next `--patience` - 1 windows agree (one window
     of a new trend at the 5% level is what chance gives a run once in 20 windows) and the slope over them together
     agrees, the run's first trend included; a collapse, read from entropy and step thresholds against the larger of the
-    first two windows', not a test, holds at once, and a window out of it is flat until a trend is agreed. Then a flat
-    window is not improving yet before any window improved, else stagnated or levelling off by its step."""
+    first two windows', not a test, holds at once, and a window out of it is flat until a trend is agreed. The first
+    window is improving too where it rose early (rose_early: the paper's premature plateau). Then a flat window is not
+    improving yet before any window improved, else stagnated or levelling off by its step; a flat or declining window
+    of a near-deterministic policy taking large steps is thrashing (`discrete`: where the step is a categorical
+    policy's KL)."""
     entropy0 = max((w.entropy for w in windows[:2]), default=np.nan)  # the start: the larger of the first two windows'
     step0 = max(w.step for w in windows[:2])
     raw = []
@@ -171,6 +183,8 @@ def label_windows(windows, opts):
             current = raw[i]
         elif current == "collapsed" and raw[i] != "collapsed":  # out of a collapse, a new trend needs its patience too
             current = "flat"
+        if i == 0 and current == "flat" and raw[0] not in ("collapsed", "no score") and rose_early(windows, opts):
+            current = "improving"  # the paper's premature plateau begins so: a rise the flat windows after cannot confirm
         if current == "improving":
             improved_steps.append(w.step)
         if current != "flat":
@@ -179,7 +193,47 @@ def label_windows(windows, opts):
             w.label = "not improving yet"
         else:
             w.label = "stagnated" if w.step >= opts.large_step * float(np.median(improved_steps)) else "levelling off"
+        if discrete and w.label in FLAT + ("declining",) and thrashing(w, opts):
+            w.label = "thrashing"
     return windows
+
+
+def rose_early(windows, opts):
+    """The stagnation paper's premature plateau begins so: a rise within the first window (its first 20 iterations or
+    fewer), then flat windows, which cannot confirm it as `--patience` asks. The first window rose early when the mean
+    score of each of the next `--patience` windows lies above the mean of its first 5 scores (the run's start) at
+    `--level` (one-sided; the standard error from that window's residuals about its line, widened for their lag-1
+    autocorrelation as a slope's is)."""
+    start = windows[0].scores[np.isfinite(windows[0].scores)][:5]
+    after = windows[1:1 + opts.patience]
+    if len(start) < 5 or len(after) < opts.patience:
+        return False
+    for w in after:
+        y = w.scores[np.isfinite(w.scores)]
+        if len(y) < 5:
+            return False
+        x = np.arange(len(y)) - (len(y) - 1) / 2
+        e = y - y.mean() - (x @ (y - y.mean()) / (x @ x)) * x
+        r = float(np.clip(np.corrcoef(e[:-1], e[1:])[0, 1], 0.0, 0.9)) if e[:-1].std() > 0 and e[1:].std() > 0 else 0.0
+        se = math.sqrt(e @ e / (len(y) - 2)) * math.sqrt((1 + r) / (1 - r)) * math.sqrt(1 / len(start) + 1 / len(y))
+        q = float(scipy.stats.t.ppf(0.5 + opts.level / 2, max(2.0, len(y) * (1 - r) / (1 + r) - 2)))
+        if not y.mean() - start.mean() > q * se:
+            return False
+    return True
+
+
+def thrashing(w, opts):
+    """A near-deterministic policy still taking large steps: the window's median entropy below `--entropy-floor`
+    nats and its median KL at least that entropy (each update moves the policy by more than all its uncertainty)."""
+    return np.isfinite(w.entropy) and w.entropy < opts.entropy_floor and np.isfinite(w.step) and w.step >= w.entropy
+
+
+def read_run(run, opts):
+    """(the run's labelled windows, its phases). Thrashing is read where the step is a KL and the policy discrete (a
+    Gaussian policy's entropy is differential, negative where its SD is small: no floor in nats holds for it)."""
+    discrete = run["step_tag"] == "losses/approx_kl" and run["script"] in DISCRETE_POLICY
+    windows = label_windows(windows_of(run, opts), opts, discrete)
+    return windows, phases_of(run, windows, opts)
 
 
 @dataclass
@@ -204,7 +258,7 @@ def phases_of(run, windows, opts):
             j += 1
         a, b, label = windows[i].start, windows[j].stop, windows[i].label
         s = slope_interval(run["score"][a:b], opts.level)
-        if s and label in ("stagnated", "levelling off", "not improving yet") and s[1] > 0:  # a rise too slow for its windows
+        if s and label in FLAT and s[1] > 0:  # a rise too slow for its windows
             label = "improving"
         improved = [run["step"][x:y] for x, y, earlier in spans if earlier == "improving"]
         if label == "not improving yet" and improved:  # it improved before all: a rise only the refit above found
@@ -231,11 +285,21 @@ def phases_of(run, windows, opts):
 # ---------------------------------------------------------------------------------------------
 # The advice: the paper's remedies as flags
 # ---------------------------------------------------------------------------------------------
-def advise(run, phases, opts):
-    """(what the last phase means, [remedies: {what, flags, new_run, command}])."""
+def advise(run, windows, phases, opts):
+    """(what the last phase means, [remedies: {what, flags, new_run, command}]). "The end" of an improving phase is
+    its last `--patience` windows: a phase's refit over all its iterations can lie above zero from an early rise alone."""
     last, k, flags = phases[-1], opts.scale, run["flags"]
     if last.label == "improving":
-        return "still improving at the end: more steps should pay", []
+        a = windows[-min(opts.patience, len(windows))].start
+        end = slope_interval(run["score"][a:], opts.level)
+        if end is not None and end[1] > 0:
+            return "still improving at the end: more steps should pay", []
+        per = 1e6 / run["batch"] if run["batch"] else float("nan")
+        shown = f"[{end[1] * per:+.3g}, {end[2] * per:+.3g}] per 1M steps" if end else "no slope"
+        unit = "points" if run["points"] else "iterations"  # a downsampled table's phases are in its points
+        return (f"improving over {unit} {last.iterations[0]}-{last.iterations[1]} as a whole, but not over its last "
+                f"windows ({unit} {a + 1}-{len(run['step'])}: slope {shown}): more steps are not shown to pay; "
+                "nothing to advise"), []
     if last.label in ("not improving yet", "no score"):
         return f"{last.label}: nothing to advise", []
     com, clip, ent = flags.get("ewma_com"), flags.get("clip_coef"), flags.get("ent_coef")
@@ -250,6 +314,14 @@ def advise(run, phases, opts):
                 "stagnation paper's plateau (it sets collapse aside, §1): more envs do not address it, and a larger outer "
                 "step pushes further into it (claim 3's collapses came at the weakest regularisation, COM 8)"), \
             with_commands(run, remedies)
+    if last.label == "thrashing":
+        entropy = last.evidence.get("losses/entropy", float("nan"))
+        newest = run["checkpoints"][-1] if run["checkpoints"] else None
+        remedies = [smaller_step(run, last, opts, newest)] if ewma or isinstance(clip, float) else []
+        return (f"thrashing: the policy is near deterministic (entropy {entropy:.3g} nats) yet each update moves it by a "
+                f"KL of {last.evidence[run['step_tag']]:.3g}, more than its entropy: the step is too large for it. A "
+                "smaller outer step (a higher COM, a smaller clip) is the remedy, never a larger one; more envs under "
+                "more-minibatches take more minibatch steps and move it further"), with_commands(run, remedies)
     if last.label == "declining" and improved is None:
         return "declining, and never improved: nothing the outer step explains; check the environment and the flags", []
     big = last.label == "stagnated" or (last.label == "declining" and last.evidence[run["step_tag"]] >= opts.large_step * improved)
@@ -282,20 +354,7 @@ def advise(run, phases, opts):
         if run["script"] == "noisy_sgd":  # its step size (a sub-run eta_<x>) switched to x / k where it first stalled
             remedies += switched_step_size(run, phases, last, k)
         if ewma or isinstance(clip, float):
-            step = {"--ewma-com": com * k} if ewma else {"--clip-coef": clip / 2}
-            ddr = last.evidence.get("charts/ddr")
-            # epsilon: an update's KL, held at the clip, grows about as epsilon squared (half of it cut the KL 3.6-4.9x
-            # on the epsilon grid, docs/advise.md); a COM's KL is not predicted so (claim 4: COM x32 cut it ~13x)
-            if ewma:
-                expected = ((f": DDR above {ddr:,.0f}, by how much not predicted" if ddr else ": DDR not predicted")
-                            + " (a COM's KL has no formula: claim 4's COM 8 -> 256 cut it about 13x)")
-            elif ddr:
-                expected = (f": DDR about {4 * ddr:,.0f} (now {ddr:,.0f}; an update's KL at the clip grows about as "
-                            "epsilon squared: measured at epsilon 0.8 -> 0.4, 3.6-4.9x)")
-            else:
-                expected = ""
-            remedies.append({"what": "a smaller outer step from the newest checkpoint (stagnation §3, Fig. 3a)" + expected,
-                             "flags": step, "new_run": False, "checkpoint": newest})
+            remedies.append(smaller_step(run, last, opts, newest))
     else:
         meaning = ("levelling off: the updates shrank with the score (converged at these settings, or too strongly "
                    "regularised: a high DDR learns slowly, stagnation §4.4)")
@@ -310,6 +369,26 @@ def advise(run, phases, opts):
             remedies.append({"what": "if the score is below what you expect: a larger outer step from the newest checkpoint",
                              "flags": step, "new_run": False, "checkpoint": newest})
     return meaning, with_commands(run, remedies)
+
+
+def smaller_step(run, last, opts, newest):
+    """The paper's smaller outer step from the newest checkpoint (§3, Fig. 3a): `--ewma-com` x `--scale` (PPO-EWMA),
+    else half `--clip-coef`, with the DDR it should give. An update's KL held at the clip grows about as epsilon
+    squared (half of it cut the KL 3.6-4.9x on the epsilon grid, docs/advise.md); a COM's KL is not predicted so
+    (claim 4: COM x32 cut it ~13x)."""
+    com, clip, k = run["flags"].get("ewma_com"), run["flags"].get("clip_coef"), opts.scale
+    ewma = isinstance(com, (int, float)) and com > 0
+    ddr = last.evidence.get("charts/ddr")
+    if ewma:
+        expected = ((f": DDR above {ddr:,.0f}, by how much not predicted" if ddr else ": DDR not predicted")
+                    + " (a COM's KL has no formula: claim 4's COM 8 -> 256 cut it about 13x)")
+    elif ddr:
+        expected = (f": DDR about {4 * ddr:,.0f} (now {ddr:,.0f}; an update's KL at the clip grows about as "
+                    "epsilon squared: measured at epsilon 0.8 -> 0.4, 3.6-4.9x)")
+    else:
+        expected = ""
+    return {"what": "a smaller outer step from the newest checkpoint (stagnation §3, Fig. 3a)" + expected,
+            "flags": {"--ewma-com": com * k} if ewma else {"--clip-coef": clip / 2}, "new_run": False, "checkpoint": newest}
 
 
 def switched_step_size(run, phases, last, k):
@@ -423,7 +502,8 @@ def make_run(name, script, series, flags, argv, checkpoints, tag, pack=None):
             "score": per_iteration(grid, *series[tag]),
             "entropy": per_iteration(grid, *series["losses/entropy"]) if "losses/entropy" in series else None,
             "evidence": {name_: per_iteration(grid, *series[t]) if t in series else None for name_, t in EVIDENCE.items()},
-            "flags": flags, "argv": argv, "checkpoints": checkpoints, "pack": pack, "damaged": []}
+            "flags": flags, "argv": argv, "checkpoints": checkpoints, "pack": pack, "damaged": [],
+            "iterations": len(step), "points": None}  # points: a downsampled table's (--tables), one an iteration here
 
 
 def parse_hyperparameters(texts):
@@ -672,34 +752,51 @@ def read_tables(files, tag):
         # the flags the run's name shows, read as the hyperparameters text is
         table = "\n".join(["", ""] + [f"|{k.replace('-', '_')}|{v}|" for k, v in
                                        (part.split("=", 1) for part in str(run).split("__") if "=" in part)])
-        runs.append(make_run(str(run) + (f"/{sub}" if sub else ""), str(run).split("__")[0], series,
-                             parse_hyperparameters({"hyperparameters": [table]}), None, [], tag))
+        flags = parse_hyperparameters({"hyperparameters": [table]})
+        read = make_run(str(run) + (f"/{sub}" if sub else ""), str(run).split("/")[-1].split("__")[0], series, flags,
+                        None, [], tag)
+        if isinstance(read, dict):  # its curves' points, not its iterations: the run's own count where its name shows it
+            read["points"], read["iterations"] = len(read["step"]), iterations_of(flags)
+        runs.append(read)
     return runs
+
+
+def iterations_of(flags):
+    """A run's iterations from the flags its name shows (--total-timesteps // (--num-envs x --num-steps)); None where
+    it shows none of them, or a resume (its --total-timesteps counts the training before it too)."""
+    total, envs, steps = (flags.get(k) for k in ("total_timesteps", "num_envs", "num_steps"))
+    if "resume" in flags or not all(isinstance(v, int) and v > 0 for v in (total, envs, steps)):
+        return None
+    return total // (envs * steps)
 
 
 # ---------------------------------------------------------------------------------------------
 # The report, --follow, --simulate
 # ---------------------------------------------------------------------------------------------
 def analyse(run, opts):
-    windows = label_windows(windows_of(run, opts), opts)
-    phases = phases_of(run, windows, opts)
-    meaning, remedies = advise(run, phases, opts)
+    windows, phases = read_run(run, opts)
+    meaning, remedies = advise(run, windows, phases, opts)
     return {"run": run["name"], "script": run["script"], "score": run["tag"], "step_size": run["step_tag"],
-            "iterations": len(run["step"]), "window": window_of(run, opts), "asked_window": opts.window,
+            "iterations": run["iterations"], "points": run["points"], "window": window_of(run, opts),
+            "asked_window": opts.window,
             "phases": [asdict(p) for p in phases],
             "verdict": meaning, "remedies": remedies, "damaged": run["damaged"]}
 
 
 def describe(report):
-    lines = [f"{report['run']} ({report['script']}, {report['iterations']} iterations, score {report['score']}, "
-             f"windows of {report['window']}" + (" to hold 5 scores each" if report["window"] > report["asked_window"] else "")
-             + "):"]
+    unit = "points" if report["points"] else "iterations"  # a downsampled table's phases are in its points
+    size = (f"{report['points']} points of " + (f"{report['iterations']} iterations" if report["iterations"] else
+                                                "a downsampled curve, its iterations not in its name")
+            if report["points"] else f"{report['iterations']} iterations")
+    lines = [f"{report['run']} ({report['script']}, {size}, score {report['score']}, windows of {report['window']}"
+             + (f" {unit}" if report["points"] else "")
+             + (" to hold 5 scores each" if report["window"] > report["asked_window"] else "") + "):"]
     lines += [f"  damaged event file, read up to its damage: {d}" for d in report.get("damaged", ())]
     for p in report["phases"]:
         slope = p["slope_per_million"]
         shown = f"{slope[0]:+.3g} per 1M steps [{slope[1]:+.3g}, {slope[2]:+.3g}]" if slope else "no slope"
         evidence = ", ".join(f"{k.split('/')[-1]} {v:.3g}" for k, v in p["evidence"].items())
-        lines.append(f"  {p['label']:>17}: iterations {p['iterations'][0]}-{p['iterations'][1]} (steps "
+        lines.append(f"  {p['label']:>17}: {unit} {p['iterations'][0]}-{p['iterations'][1]} (steps "
                      f"{p['steps'][0]:,}-{p['steps'][1]:,}); score {shown}; {evidence}")
     lines.append(f"  -> {report['verdict']}")
     for r in report["remedies"]:
@@ -740,7 +837,7 @@ def follow(opts):
                     print(f"{time.strftime('%H:%M:%S')} {run}", flush=True)
                 unread.add(run)
                 continue
-            phases = phases_of(run, label_windows(windows_of(run, opts), opts), opts)
+            windows, phases = read_run(run, opts)
             last = phases[-1]
             if seen.get(run["name"]) != last.label:
                 slope = last.slope_per_million
@@ -748,7 +845,7 @@ def follow(opts):
                 print(f"{time.strftime('%H:%M:%S')} {run['name']}: {last.label} at iteration {last.iterations[1]} "
                       f"(since iteration {last.iterations[0]}; score {shown}; {run['step_tag'].split('/')[-1]} "
                       f"{last.evidence[run['step_tag']]:.3g})", flush=True)
-                for remedy in advise(run, phases, opts)[1]:  # what to do about it, as the report gives it
+                for remedy in advise(run, windows, phases, opts)[1]:  # what to do about it, as the report gives it
                     print(f"  {remedy['what']}: {remedy['command'] or flags_text(remedy['flags'])}"
                           + (f" ({remedy['note']})" if remedy.get("note") else ""), flush=True)
             seen[run["name"]] = last.label
@@ -758,40 +855,45 @@ def follow(opts):
         time.sleep(opts.follow)
 
 
-def simulate(opts, slopes=(0.0, 0.05, 0.1, 0.2, 0.5), trials=1000, seed=0):
-    """How often the rule calls a stagnation where a run still improves: a line rising by `slope` noise SDs per
-    iteration under AR(1) noise (lag-1 correlation 0.5, unit SD), after two windows that improve beyond doubt, the
-    step size constant; 7 windows after them. Per slope: the share of those windows called stagnated and the share of
-    runs with any (the phases, as the report gives them). At slope 0 the run has stagnated, and the shares are the rule's power. Last, runs flat
-    from their start (9 windows of noise): every stagnation called there is a false alarm."""
+def simulate(opts, slopes=(0.0, 0.05, 0.1, 0.2, 0.5), trials=1000, seed=0, early_slopes=(0.05, 0.1, 0.2)):
+    """How often the rule calls a stagnation, on runs of 9 windows whose score is a line under AR(1) noise (lag-1
+    correlation 0.5, unit SD), the step size constant; per row, the share of the windows after the run's rise called
+    stagnated and the share of runs with any (the phases, as the report gives them). Rows:
+    - improved, then rising: two windows that improve beyond doubt (20 noise SDs), then 7 rising by `slope` noise SDs
+      an iteration; at slope 0 the run has stagnated, and the shares are the rule's power;
+    - early rise, then flat: the paper's premature plateau, a rise of 10 noise SDs (as much a window as the row above)
+      over the first 5-20 iterations (drawn uniformly), then flat: the power on that shape;
+    - early rise, then rising: the same rise, then rising by `early_slopes` an iteration: false alarms;
+    - never improved: 9 windows of noise from the start: every stagnation called there is a false alarm."""
     rng = np.random.default_rng(seed)
-    n, rows = opts.window * 9, []
+    n, w, rows = opts.window * 9, opts.window, []
+
+    def noise():
+        return scipy.signal.lfilter([math.sqrt(1 - 0.25)], [1, -0.5], rng.standard_normal((trials, n)), axis=1)
+
+    def row(run, rise, scores, after):
+        labels = [phase_labels({"step": np.ones(n), "score": score, "entropy": None, "steps": np.arange(n), "batch": 1,
+                                "step_tag": "step", "script": "", "evidence": {}}, opts)[-after:] for score in scores]
+        rows.append({"run": run, "rise_per_window_sd": rise,
+                     "windows_called_stagnated": sum(l.count("stagnated") for l in labels) / (after * trials),
+                     "runs_called_stagnated": sum("stagnated" in l for l in labels) / trials})
+
     for slope in slopes:
-        noise = scipy.signal.lfilter([math.sqrt(1 - 0.25)], [1, -0.5], rng.standard_normal((trials, n)), axis=1)
-        windows_called = runs_called = 0
-        for trial in noise:
-            score = slope * np.arange(n) + trial
-            score[: 2 * opts.window] += np.linspace(-20, 0, 2 * opts.window)  # two windows improve beyond doubt
-            labels = phase_labels({"step": np.ones(n), "score": score, "entropy": None, "steps": np.arange(n), "batch": 1,
-                                   "step_tag": "step", "evidence": {}}, opts)
-            windows_called += labels[2:].count("stagnated")
-            runs_called += "stagnated" in labels[2:]
-        rows.append({"run": "improved, then rising", "rise_per_window_sd": slope * opts.window,
-                     "windows_called_stagnated": windows_called / (7 * trials), "runs_called_stagnated": runs_called / trials})
-    # a run flat and noisy from its start (learning has not begun): any stagnation called is a false alarm
-    noise = scipy.signal.lfilter([math.sqrt(1 - 0.25)], [1, -0.5], rng.standard_normal((trials, n)), axis=1)
-    labels = [phase_labels({"step": np.ones(n), "score": trial, "entropy": None, "steps": np.arange(n), "batch": 1,
-                            "step_tag": "step", "evidence": {}}, opts) for trial in noise]
-    rows.append({"run": "never improved", "rise_per_window_sd": 0.0,
-                 "windows_called_stagnated": sum(l.count("stagnated") for l in labels) / (9 * trials),
-                 "runs_called_stagnated": sum("stagnated" in l for l in labels) / trials})
+        scores = slope * np.arange(n) + noise()
+        scores[:, :2 * w] += np.linspace(-20, 0, 2 * w)  # two windows improve beyond doubt
+        row("improved, then rising", slope * w, scores, 7)
+    for slope in (0.0,) + tuple(early_slopes):
+        scores = slope * np.arange(n) + noise()
+        for score, length in zip(scores, rng.integers(5, min(20, w) + 1, trials)):  # the rise: its first 5-20 iterations
+            score[:length] += np.linspace(-10, 0, length)
+        row("early rise, then flat" if slope == 0 else "early rise, then rising", slope * w, scores, 8)
+    row("never improved", 0.0, noise(), 9)  # flat and noisy from its start (learning has not begun)
     return pd.DataFrame(rows)
 
 
 def phase_labels(run, opts):
     """The label of each window of a run as its report's phases give it."""
-    windows = label_windows(windows_of(run, opts), opts)
-    phases = phases_of(run, windows, opts)
+    windows, phases = read_run(run, opts)
     return [next(p.label for p in phases if p.iterations[0] <= w.start + 1 <= p.iterations[1]) for w in windows]
 
 
@@ -833,11 +935,15 @@ def build_parser():
     p.add_argument("--collapse-step", type=float, default=0.1,
                    help="a step (KL) below this share of the start's (the larger of the first two windows'), with a small "
                         "entropy, is a collapse (0.1)")
+    p.add_argument("--entropy-floor", type=float, default=0.15,
+                   help="a discrete policy's entropy (nats) below this, with a KL at least as large, is thrashing: near "
+                        "deterministic, still taking large steps (0.15)")
     p.add_argument("--scale", type=int, default=4, help="the factor of the advised N_envs and COM (default 4)")
     p.add_argument("--json", type=Path, help="also write the reports to this file")
     p.add_argument("--follow", type=float, default=0.0, help="re-read every this many seconds, print phase changes")
     p.add_argument("--polls", type=int, default=0, help="with --follow: stop after this many reads (0: until Ctrl-C)")
     p.add_argument("--simulate", action="store_true", help="print the rule's stagnation calls on simulated runs")
+    p.add_argument("--trials", type=int, default=1000, help="with --simulate: simulated runs a row (default 1000)")
     p.add_argument("--on-damage", choices=["error", "warn"], default="warn",
                    help="a damaged event file (a record failing its checksum, a file cut short, an empty one of a run "
                         "that is over): warn advises on what was read of it and names it on stderr and in its run's "
@@ -854,9 +960,11 @@ def check(opts):
                                   ("--patience", opts.patience, opts.patience >= 1, "at least 1"),
                                   ("--collapse-entropy", opts.collapse_entropy, 0 < opts.collapse_entropy < 1, "in (0, 1)"),
                                   ("--collapse-step", opts.collapse_step, 0 < opts.collapse_step < 1, "in (0, 1)"),
+                                  ("--entropy-floor", opts.entropy_floor, math.isfinite(opts.entropy_floor) and opts.entropy_floor > 0, "positive"),
                                   ("--scale", opts.scale, 2 <= opts.scale <= 1024, "in [2, 1024]"),
                                   ("--follow", opts.follow, math.isfinite(opts.follow) and opts.follow >= 0, ">= 0 seconds"),
-                                  ("--polls", opts.polls, opts.polls >= 0, ">= 0")):
+                                  ("--polls", opts.polls, opts.polls >= 0, ">= 0"),
+                                  ("--trials", opts.trials, opts.trials >= 1, "at least 1")):
         if not ok:
             fail(f"{flag} must be {rule} (got {value})")
     if opts.simulate:
@@ -882,9 +990,10 @@ def main(argv=None):
     opts = build_parser().parse_args(argv)
     check(opts)
     if opts.simulate:
-        table = simulate(opts)
-        print(f"runs still improving called stagnated (window {opts.window}, patience {opts.patience}, level "
-              f"{opts.level}; 1,000 simulated runs of 9 windows each, AR(1) noise of lag-1 correlation 0.5):")
+        table = simulate(opts, trials=opts.trials)
+        print(f"stagnation called on simulated runs (window {opts.window}, patience {opts.patience}, level "
+              f"{opts.level}; {opts.trials:,} runs a row of 9 windows each, AR(1) noise of lag-1 correlation 0.5; "
+              "windows: those after the rise):")
         print(table.to_string(index=False))
         return table
     if opts.follow:
