@@ -270,12 +270,16 @@ def expand(opts, grid):
         held = checkpoint_seeds(Path(resume)) if resume and Path(resume).is_file() else 1
         if held > 1 and opts.seeds_per_process != held:
             fail(f"--resume {resume} holds {held} seeds (a pack's checkpoint): launch them with --seeds-per-process {held}")
-        as_run = dataclasses.replace(args, num_seeds=held) if held > 1 else args
+        if held > 1:  # its pack runs under its first seed (a resume continues its checkpoint's seed)
+            first = int(checkpoint_args(Path(resume)).get("seed", seed))
+            if not first <= seed < first + held:
+                fail(f"--resume {resume} holds seeds {first}..{first + held - 1}: seed {seed} is none of them")
+        as_run = dataclasses.replace(args, num_seeds=held, seed=first) if held > 1 else args
         if opts.iterations and not opts.fixed_budget and "total_timesteps" in fields:
             args.total_timesteps = as_run.total_timesteps = opts.iterations * batch_size(opts.script, as_run)
         probe = resolved_copy(opts.script, as_run)  # the script's own bad-input rules, for this env and seed
         if held > 1:
-            probe.num_seeds = args.num_seeds  # a run is one seed's; its pack's --num-seeds is the launcher's
+            probe.num_seeds, probe.seed = args.num_seeds, seed  # a run is one seed's; its pack's are the launcher's
         resolved, digest = identity(opts.script, probe)
         shown = {**flags, **{s: "on" for s in switches}}
         name = run_name(opts.script, field_of(opts.env_flag), env_id, seed, resolved, digest)
@@ -591,13 +595,18 @@ class Attempt:
                 process.kill()
 
 
-def checkpoint_seeds(path):
-    """The number of seeds a checkpoint holds (ppo_ewma_jax.py's --num-seeds in its metadata; 1 for any other)."""
+def checkpoint_args(path):
+    """The flags a JAX script's checkpoint lists in its metadata ({} for any other)."""
     if path.suffix != ".npz":
-        return 1
+        return {}
     with np.load(path) as f:
         meta = json.loads(str(f["meta"])) if "meta" in f.files else {}
-    return int(meta.get("args", {}).get("num_seeds", 1))
+    return meta.get("args", {})
+
+
+def checkpoint_seeds(path):
+    """The number of seeds a checkpoint holds (ppo_ewma_jax.py's --num-seeds in its metadata; 1 for any other)."""
+    return int(checkpoint_args(path).get("num_seeds", 1))
 
 
 def resumed_argv(run, d):

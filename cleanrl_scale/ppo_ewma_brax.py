@@ -138,7 +138,8 @@ class Args:
     # Speed
     num_seeds: int = 1
     """train seeds --seed, --seed + 1, ... in one vmapped program, as PureJaxRL vmaps `train`; each writes its own run,
-    with the numbers it would have alone"""
+    drawing the random numbers it would alone: only the floating-point order differs, so its numbers agree with the
+    lone run's closely at first, then drift apart as two runs on different hardware do"""
 
 
 # ---- Flag rules (the generic ones, and RunArgs' run flags: below, in the run's plumbing); what a checkpoint holds
@@ -805,8 +806,8 @@ class RunArgs(Args):
     keep_checkpoints: int = 3
     """keep the run's newest this many checkpoints (0: keep every one)"""
     resume: Optional[str] = None
-    """continue from this checkpoint (the same seed and flags: the same run); every flag but the structural ones (the
-    shapes of what it holds) may change, --ewma-com and --clip-coef among them"""
+    """continue from this checkpoint: its run, under its seed (--seed left out takes it, another is refused); every
+    flag but the structural ones (the shapes of what it holds) may change, --ewma-com and --clip-coef among them"""
     distributed: bool = False
     """call jax.distributed.initialize() to span several processes / hosts (found from Slurm unless given below; a
     script that trains on one device refuses it)"""
@@ -1015,7 +1016,7 @@ def resolve_batch(args):
 
 
 def check_resume(args):
-    """--resume: a checkpoint of this script, of the same structural flags, before the run's last iteration."""
+    """--resume: a checkpoint of this script, of the same structural flags and seed, before the run's last iteration."""
     if not os.path.isfile(args.resume):
         raise BadFlag(no_checkpoint_at(args.resume))
     try:
@@ -1035,6 +1036,11 @@ def check_resume(args):
         if meta["args"][name] != getattr(args, name):
             raise BadFlag(f"--resume {args.resume} was saved with {flag(name)} {meta['args'].get(name)}, this run has "
                           f"{getattr(args, name)}; only flags that keep the shapes of what it holds may change")
+    seed = meta["args"].get("seed", args.seed)  # the run's random state is in the checkpoint: it goes on under its seed
+    if args.seed != seed and args.seed != RunArgs.seed:
+        raise BadFlag(f"--seed {args.seed} does not match the checkpoint's seed {seed}: a resume continues its run's "
+                      f"seed; drop --seed or pass {seed}")
+    args.seed = seed  # --seed left at its default: the checkpoint's
     if meta["iteration"] >= args.num_iterations:
         raise BadFlag(f"--resume {args.resume} is at {ITERATION} {meta['iteration']}, not before the last "
                       f"({args.num_iterations}); raise --total-timesteps")

@@ -644,7 +644,8 @@ class RunArgs(Args):
     keep_checkpoints: int = 3
     """keep the run's newest this many checkpoints, deleting older ones as it writes new ones (0: keep every one)"""
     resume: Optional[str] = None
-    """a checkpoint to continue from (fresh episodes, everything else exact; the flags it must agree on are named if not)"""
+    """a checkpoint to continue from, under its seed (fresh episodes, everything else exact; --seed left out takes the
+    checkpoint's; the flags it must agree on are named if not)"""
     reset_envs_at: int = 0
     """restart every env on fresh episodes after this iteration, as a resumed run does (0: never; to check a resume)"""
 
@@ -849,6 +850,11 @@ def load_checkpoint(path, args=None):
     for flag in CHECKPOINT_MUST_MATCH:
         if state["args"].get(flag) != getattr(args, flag):
             raise BadFlag(f"--resume {path} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
+    seed = state["args"].get("seed", args.seed)  # the run's random states are in the checkpoint: it goes on under its seed
+    if args.seed != seed and args.seed != RunArgs.seed:
+        raise BadFlag(f"--seed {args.seed} does not match the checkpoint's seed {seed}: a resume continues its run's "
+                      f"seed; drop --seed or pass {seed}")
+    args.seed = seed  # --seed left at its default: the checkpoint's
     if state["iteration"] >= args.num_iterations:
         raise BadFlag(f"--resume {path} is at iteration {state['iteration']}, not before the last ({args.num_iterations})")
     return state

@@ -683,6 +683,7 @@ RUNNER_GRIDS = {
     "stag_fig7_minibatch.sh": 5 * 3 * (3 + 2), "ddr_budgets.sh": 5 * 3 * 3 * 3 * 3, "noisy_sgd.sh": 5 * (1 + 2),
     "sfl_scaling.sh": 2 * 3 * (3 + 1), "sfl_fig15_minibatches.sh": 3 * 3, "sfl_fig17_lr.sh": 3 * 3, "sfl_fig18_ewma.sh": 3 * (1 + 3),
     "sfl_fig19_filtering.sh": 3 * 3,
+    "minatar_pilot.sh": 2 * 2,  # Asterix, Freeway x seeds 101, 102 (the same at every scale)
     # procgen_nenvs: 4 fixed-batch configs, 2 more N_envs and 2 longer rollouts than the shared 64 x 256
     "procgen_nenvs.sh": 2 * 5 * (4 + 2 + 2),
     "coverage_fig2.sh": 10 * 5 * 4,  # Atari-10 x 5 seeds x 4 fixed-batch configs
@@ -742,8 +743,8 @@ PACKS = {("gpu", "com_eps.sh"): (3, r"# seeds 1\.\.5 in one process"),
          ("gpu", "ddr_budgets.sh"): (2 * 3, r"# seeds 1\.\.5 in one process"),
          ("small", "ddr_budgets.sh"): (2 * 3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process"),  # 6 a budget: 2 workers balance
          ("small", "recipes.sh"): (3 * 2, r"# seeds (1\.\.3|4\.\.5) in one process"),  # the base's grid too
-         ("small", "com_eps.sh"): (2 * 2, r"# seeds (6\.\.8|9\.\.10) in one process"),
-         ("small", "stag_fig5b_eps.sh"): (2 * 2, r"# seeds (6\.\.8|9\.\.10) in one process")}
+         ("small", "com_eps.sh"): (2 * 2, r"# seeds (11\.\.13|14\.\.15) in one process"),
+         ("small", "stag_fig5b_eps.sh"): (2 * 2, r"# seeds (11\.\.13|14\.\.15) in one process")}
 # each scale's script and task (the launcher leaves out flags at their defaults: locomotion is ppo_ewma_jax.py's)
 MINATAR = r"ppo_ewma_jax\.py .*--env-id \S+-MinAtar"
 REDUCED_TASK = {("small", "atari"): MINATAR, ("small", "stag"): MINATAR, ("gpu", "atari"): MINATAR,
@@ -890,6 +891,27 @@ def test_a_packed_plateau_is_resumed_as_one_pack(tmp_path, capsys):
                      "--", "--env-id", "CartPole-v1", "--num-envs", "16", "--num-steps", "16", "--num-minibatches", "4",
                      "--total-timesteps", "1536", "--resume", str(checkpoint)])
     assert stopped.value.code == 2 and "holds 2 seeds (a pack's checkpoint)" in capsys.readouterr().err
+
+
+def test_a_pack_resumed_from_a_user_checkpoint_runs_under_its_first_seed(tmp_path, capsys):
+    """--resume after -- naming a pack's checkpoint (seeds 3..4): each run is checked as the pack runs, under the
+    checkpoint's first seed (a resume continues its checkpoint's seed); a seed the checkpoint does not hold is refused."""
+    from benchmark.common import load_script
+
+    ewma = load_script("ppo_ewma_jax")
+    flags = ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "32", "--num-minibatches", "2",
+             "--total-timesteps", "1024"]
+    saved = vars(ewma.resolve_args(ewma.RunArgs(env_id="CartPole-v1", num_envs=4, num_steps=32, num_minibatches=2,
+                                                total_timesteps=1024, seed=3, num_seeds=2)))
+    checkpoint = tmp_path / "iter_2.npz"
+    np.savez(checkpoint, meta=np.array(json.dumps({"num_leaves": 0, "iteration": 2, "global_step": 256, "args": saved,
+                                                   "script": "ppo_ewma_jax.py"})))
+    grid = ["--script", "ppo_ewma_jax", "--seeds-per-process", "2", "--out-dir", str(tmp_path / "out"), "--dry-run"]
+    launch.main([*grid, "--seeds", "3", "4", "--", *flags, "--resume", str(checkpoint)])
+    assert "# seeds 3..4 in one" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stopped:
+        launch.main([*grid, "--seeds", "4", "5", "--", *flags, "--resume", str(checkpoint)])
+    assert stopped.value.code == 2 and f"--resume {checkpoint} holds seeds 3..4: seed 5 is none of them" in capsys.readouterr().err
 
 
 def test_grid_of_a_jax_script(tmp_path):

@@ -2,6 +2,7 @@
 CartPole learning in both modes, locomotion end to end, exact resume from a checkpoint, and the dynamics/
 metrics against the torch scripts' on the same inputs."""
 import functools
+import inspect
 import json
 import re
 import resource
@@ -662,20 +663,33 @@ def seed_runs(tmp_path_factory, fast_compile):
     return workdir
 
 
-def test_seeds_in_one_program_log_what_each_logs_alone(seed_runs):
-    """--num-seeds 3: a run per seed, named by its seed; the middle one logs the numbers of the lone run of that seed
-    (a vmapped program: the same computation, summed in another order), dynamics/ included."""
+def test_a_packed_seed_is_its_lone_run_but_for_the_float_order(ewma, seed_runs):
+    """--num-seeds 3: a run per seed, named by its seed. The middle one draws the random numbers of the lone run of
+    that seed (its keys at the checkpoint of iteration 8, bit for bit) and runs the same algorithm: only the float order
+    differs (a vmapped program sums in another order), so its first iteration logs the lone run's numbers to 1e-5,
+    dynamics/ included. Later the two drift apart as any two float orders do (in this short run, 16 iterations, they
+    still agree to 2e-4); --help says so, not that a packed seed logs the numbers it would alone."""
     runs = run_dirs(seed_runs / "three")
     assert [run.name.split("__")[2] for run in runs] == ["2", "3", "4"]
+    lone_run = run_dirs(seed_runs / "lone")[0]
     together, texts = read_values(runs[1])
-    alone = read_values(run_dirs(seed_runs / "lone")[0])[0]
+    alone = read_values(lone_run)[0]
     assert "|seed|3|" in texts["hyperparameters/text_summary"][0]
     assert set(together) == set(alone) and len(together["losses/approx_kl"]) == 16
+    (_, packed), (_, lone) = (ewma.read_checkpoint(run / "checkpoints" / "iter_8.npz") for run in (runs[0], lone_run))
+    keys = [(p, q) for p, q in zip(packed, lone) if q.dtype == np.uint32]  # the rng: uint32, nothing else is
+    assert keys and all(np.array_equal(p[1], q) and not np.array_equal(p[0], q) for p, q in keys)
+    for tag in ("charts/episodic_return", "charts/episodic_length"):  # the same resets and actions: the same episodes
+        assert together[tag][0] == alone[tag][0], tag
     for tag in alone:
-        if tag not in ("charts/SPS", "charts/train_seconds"):
+        if tag not in ("charts/SPS", "charts/train_seconds"):  # atol: float32 rounding of the O(1) terms a loss near 0
+            # (the policy loss, the explained variance) sums
+            np.testing.assert_allclose(together[tag][0], alone[tag][0], rtol=1e-5, atol=1e-6, err_msg=tag)
             np.testing.assert_allclose(together[tag], alone[tag], rtol=2e-4, atol=1e-6, err_msg=tag)
     others = [read_values(run)[0]["losses/policy_loss"] for run in (runs[0], runs[2])]
     assert not np.allclose(others[0], together["losses/policy_loss"]) and not np.allclose(others[1], others[0])
+    doc = " ".join(re.search(r'num_seeds: int = 1\n\s+"""(.*?)"""', inspect.getsource(ewma.Args), re.S)[1].split())
+    assert "floating-point order" in doc and "numbers it would have alone" not in doc, doc
 
 
 def test_a_checkpoint_of_several_seeds_resumes_exactly_and_only_with_them(seed_runs, tmp_path):

@@ -6,8 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+import tyro
 
-from helpers import assert_refused, cli_args, load_script, read_only, refusal, run_copy
+from helpers import assert_bad_input, assert_refused, cli_args, load_script, read_only, refusal, run_copy
 
 # the JAX scripts share these rules word for word (their appendix, one text in each: tests/test_appendix.py compares
 # the copies), so ppo_ewma_jax stands for the three
@@ -95,6 +96,39 @@ def test_resume_of_another_scripts_checkpoint_names_it(script, written_by, tmp_p
     write_checkpoint(path, meta)
     name = "another script" if written_by == "older" else f"{other}.py"
     assert_refused(load_script(script), ["--resume", path], f"--resume {path} is a checkpoint of {name}, not of {script}.py")
+
+
+def checkpoint_of_seed(script, path, seed):
+    """A checkpoint of `script` at its defaults (CartPole for the JAX one) but for --seed `seed`; the flags that go
+    with it."""
+    module = load_script(script)
+    flags = ["--env-id", "CartPole-v1"] if script == "ppo_ewma_jax" else []
+    saved = vars(module.resolve_args(cli_args(module)(**({"env_id": "CartPole-v1"} if flags else {}))))
+    write_checkpoint(path, {"args": {**saved, "seed": seed}, "script": f"{script}.py"})
+    return module, flags
+
+
+@pytest.mark.parametrize("script", CHECKPOINTING)
+def test_a_resume_continues_its_checkpoints_seed(script, tmp_path):
+    """A checkpoint holds its run's random state: a resume continues that run, under its seed. --seed left out takes
+    the checkpoint's, the checkpoint's own is accepted, and another is refused (the run would continue seed 5 under the
+    name and hyperparameters of seed 7)."""
+    path = tmp_path / ("ckpt.npz" if script == "ppo_ewma_jax" else "ckpt.pt")
+    module, flags = checkpoint_of_seed(script, path, 5)
+    for seed in ([], ["--seed", "5"]):
+        args = tyro.cli(cli_args(module), args=flags + seed + ["--resume", str(path)])
+        assert module.resolve_args(args).seed == 5
+    assert_refused(module, flags + ["--seed", "7", "--resume", path],
+                   "--seed 7 does not match the checkpoint's seed 5: a resume continues its run's seed; drop --seed or pass 5")
+
+
+@pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_ewma_jax"])  # one of each family's appendix
+def test_a_resume_under_another_seed_exits_2_before_any_compute(script, tmp_path):
+    path = tmp_path / ("ckpt.npz" if script == "ppo_ewma_jax" else "ckpt.pt")
+    _, flags = checkpoint_of_seed(script, path, 1)
+    result = run_copy(script, flags + ["--seed", "7", "--resume", str(path)], tmp_path / "run", timeout=300)
+    assert_bad_input(result, tmp_path / "run", "--seed 7 does not match the checkpoint's seed 1: a resume continues its "
+                                               "run's seed; drop --seed or pass 1")
 
 
 @pytest.mark.parametrize("script, flags", [
