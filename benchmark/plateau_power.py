@@ -1,16 +1,18 @@
-"""How often claims 2-4's plateau premise decides at 5 seeds, simulated at the spread their published runs measured.
+"""How often claims 2-4's plateau premise decides at 5 seeds, simulated at the spread the published runs measured.
 
     python benchmark/plateau_power.py                      # reads benchmark/reproduce/claim_{2,3,4}/'s per-seed tables
     python benchmark/plateau_power.py --sims 20000 --seeds 5
 
-The premise (`levels_off` in claims.py): per seed, the least-squares slope of the score over the last half of training;
-the strong arm's above the weak arm's, by Welch's t at the claim's Bonferroni level. For each premise this measures
-the two arms' slopes' standard deviations on the published runs, then draws `--sims` grids of `--seeds` seeds a side
+The premise (`stays_below` in claims.py): per seed, the line fitted to the score over the last half of training,
+extended from the run's last step by as many steps as the run took (the projected score); the strong arm's above the
+weak arm's, by Welch's t at the claim's Bonferroni level. For each premise this measures the two arms' projected
+scores' standard deviations on the published runs (seeds 6-10), then draws `--sims` grids of `--seeds` seeds a side
 from normals with those deviations and a true difference of the means (in units of the larger deviation), and counts
-how often the premise comes out supported, contradicted, undecided. Beside it, the premise it replaced (the weak arm's
-gain from the third quarter of training to the last under 10%, one-sample t) at its measured spread of gains, for a
-true gain of 0 (a flat curve) and of 5%. The measured slopes' means are printed but not used: what is simulated is the
-spread, so the power curve does not depend on the outcome of these runs.
+how often the premise comes out supported, contradicted, undecided. Beside it, the two premises it replaced, each at its
+own measured spread: the weak arm's gain from the third quarter of training to the last under 10% (one-sample t) for
+a truly flat weak arm (gain 0) and one gaining 5%; and the strong arm's late slope above the weak arm's where both
+arms are flat. The measured means are printed but only the spreads are simulated, so the power curve does not depend
+on these runs' outcome.
 """
 import argparse
 import sys
@@ -65,21 +67,29 @@ def main(argv=None):
         claims.Tables.published = Path(opts.published) / f"claim_{claim}"
         try:
             tables = claims.Tables(Path(prefix) / "analysis")
-            slow, fast = claims.late_slopes(tables, **weak), claims.late_slopes(tables, **strong)
+            slow, fast = claims.late_lines(tables, **weak), claims.late_lines(tables, **strong)
         finally:
             claims.Tables.published = None
         level = 1 - claims.ALPHA / m
-        sd_slow, sd_fast = slow.std(ddof=1), fast.std(ddof=1)
+        weak_at, strong_at = (lines[:, 1] + lines[:, 0] * lines[:, 2] for lines in (slow, fast))
+        sd_slow, sd_fast = weak_at.std(ddof=1), strong_at.std(ddof=1)
         unit = max(sd_slow, sd_fast)
-        print(f"\nclaim {claim}, {name} (level {level:.4f}): measured slopes per 1M steps, weak {slow.mean():.2f} "
-              f"(SD {sd_slow:.2f}), strong {fast.mean():.2f} (SD {sd_fast:.2f}); difference {fast.mean() - slow.mean():.2f} "
-              f"= {(fast.mean() - slow.mean()) / unit:.2f} x the larger SD ({unit:.2f})")
+        print(f"\nclaim {claim}, {name} (level {level:.4f}): measured projected scores, weak {weak_at.mean():.2f} "
+              f"(SD {sd_slow:.2f}; its slope {slow[:, 0].mean():+.2f} per 1M steps), strong {strong_at.mean():.2f} "
+              f"(SD {sd_fast:.2f}; slope {fast[:, 0].mean():+.2f}); difference {strong_at.mean() - weak_at.mean():.2f} = "
+              f"{(strong_at.mean() - weak_at.mean()) / unit:.2f} x the larger SD ({unit:.2f})")
         print("  true difference (x SD)   supported   contradicted   undecided")
         for shift in SHIFTS:
             a = rng.normal(shift * unit, sd_fast, (opts.sims, opts.seeds))
             b = rng.normal(0.0, sd_slow, (opts.sims, opts.seeds))
             s, c = rates(*welch_low_high(a, b, level))
             print(f"  {shift:>22.1f}   {s:>9.1%}   {c:>12.1%}   {1 - s - c:>9.1%}")
+        flat_a = rng.normal(0.0, fast[:, 0].std(ddof=1), (opts.sims, opts.seeds))  # both arms flat: equal true slopes
+        flat_b = rng.normal(0.0, slow[:, 0].std(ddof=1), (opts.sims, opts.seeds))
+        s, c = rates(*welch_low_high(flat_a, flat_b, level))
+        print(f"  the premise replaced second (strong slope above weak), both arms flat, slopes' SDs "
+              f"{fast[:, 0].std(ddof=1):.2f} and {slow[:, 0].std(ddof=1):.2f}: supported {s:.1%}, contradicted {c:.1%}, "
+              f"undecided {1 - s - c:.1%}")
         if claim == 2 or claim == 4:  # the premise replaced, at the same level, from the gains' spread
             where = weak
             claims.Tables.published = Path(opts.published) / f"claim_{claim}"
@@ -99,7 +109,7 @@ def main(argv=None):
                 q = scipy.stats.t.ppf(1 - (1 - level) / 2, opts.seeds - 1)
                 half = q * d.std(1, ddof=1) / np.sqrt(opts.seeds)
                 s, c = rates(d.mean(1) - half, d.mean(1) + half)
-                print(f"  the premise replaced (gain under 10%), gains' SD {sd:.2f}, true gain {true_gain:.0%}: "
+                print(f"  the premise replaced first (gain under 10%), gains' SD {sd:.2f}, true gain {true_gain:.0%}: "
                       f"supported {s:.1%}, contradicted {c:.1%}, undecided {1 - s - c:.1%}")
 
 
