@@ -270,10 +270,10 @@ def expand(opts, grid):
         held = checkpoint_seeds(Path(resume)) if resume and Path(resume).is_file() else 1
         if held > 1 and opts.seeds_per_process != held:
             fail(f"--resume {resume} holds {held} seeds (a pack's checkpoint): launch them with --seeds-per-process {held}")
-        if held > 1:  # its pack runs under its first seed (a resume continues its checkpoint's seed)
-            first = int(checkpoint_args(Path(resume)).get("seed", seed))
-            if not first <= seed < first + held:
-                fail(f"--resume {resume} holds seeds {first}..{first + held - 1}: seed {seed} is none of them")
+        first = int(checkpoint_args(Path(resume)).get("seed", seed)) if resume and Path(resume).is_file() else seed
+        if not first <= seed < first + held:  # a resume continues its checkpoint's seed (a pack's: under its first)
+            fail(f"--resume {resume} holds seed{f's {first}..{first + held - 1}' if held > 1 else f' {first}'}: "
+                 f"seed {seed} is {'none of them' if held > 1 else 'another'}")
         as_run = dataclasses.replace(args, num_seeds=held, seed=first) if held > 1 else args
         if opts.iterations and not opts.fixed_budget and "total_timesteps" in fields:
             args.total_timesteps = as_run.total_timesteps = opts.iterations * batch_size(opts.script, as_run)

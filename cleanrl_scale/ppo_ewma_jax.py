@@ -1030,7 +1030,8 @@ def check_resume(args):
             raise BadFlag(f"--resume {args.resume} was saved with {flag(name)} {meta['args'].get(name)}, this run has "
                           f"{getattr(args, name)}; only flags that keep the shapes of what it holds may change")
     seed = meta["args"].get("seed", args.seed)  # the run's random state is in the checkpoint: it goes on under its seed
-    if args.seed != seed and args.seed != RunArgs.seed:
+    given = any(word == "--seed" or word.startswith("--seed=") for word in sys.argv[1:])  # even at the default's value
+    if args.seed != seed and (given or args.seed != RunArgs.seed):
         raise BadFlag(f"--seed {args.seed} does not match the checkpoint's seed {seed}: a resume continues its run's "
                       f"seed; drop --seed or pass {seed}")
     args.seed = seed  # --seed left at its default: the checkpoint's

@@ -851,7 +851,8 @@ def load_checkpoint(path, args=None):
         if state["args"].get(flag) != getattr(args, flag):
             raise BadFlag(f"--resume {path} was saved with --{flag.replace('_', '-')} {state['args'].get(flag)}, not {getattr(args, flag)}")
     seed = state["args"].get("seed", args.seed)  # the run's random states are in the checkpoint: it goes on under its seed
-    if args.seed != seed and args.seed != RunArgs.seed:
+    given = any(word == "--seed" or word.startswith("--seed=") for word in sys.argv[1:])  # even at the default's value
+    if args.seed != seed and (given or args.seed != RunArgs.seed):
         raise BadFlag(f"--seed {args.seed} does not match the checkpoint's seed {seed}: a resume continues its run's "
                       f"seed; drop --seed or pass {seed}")
     args.seed = seed  # --seed left at its default: the checkpoint's

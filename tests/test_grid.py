@@ -912,6 +912,16 @@ def test_a_pack_resumed_from_a_user_checkpoint_runs_under_its_first_seed(tmp_pat
     with pytest.raises(SystemExit) as stopped:
         launch.main([*grid, "--seeds", "4", "5", "--", *flags, "--resume", str(checkpoint)])
     assert stopped.value.code == 2 and f"--resume {checkpoint} holds seeds 3..4: seed 5 is none of them" in capsys.readouterr().err
+    # a one-seed checkpoint: launched under another seed (the default's 1 among them), it is refused before any run
+    saved["num_seeds"], saved["seed"] = 1, 5
+    np.savez(checkpoint, meta=np.array(json.dumps({"num_leaves": 0, "iteration": 2, "global_step": 256, "args": saved,
+                                                   "script": "ppo_ewma_jax.py"})))
+    grid[3] = "1"
+    launch.main([*grid, "--seeds", "5", "--", *flags, "--resume", str(checkpoint)])
+    assert "__s5__" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stopped:
+        launch.main([*grid, "--seeds", "1", "--", *flags, "--resume", str(checkpoint)])
+    assert stopped.value.code == 2 and f"--resume {checkpoint} holds seed 5: seed 1 is another" in capsys.readouterr().err
 
 
 def test_grid_of_a_jax_script(tmp_path):

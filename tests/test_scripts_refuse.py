@@ -123,12 +123,13 @@ def test_a_resume_continues_its_checkpoints_seed(script, tmp_path):
 
 
 @pytest.mark.parametrize("script", ["ppo_atari_envpool", "ppo_ewma_jax"])  # one of each family's appendix
-def test_a_resume_under_another_seed_exits_2_before_any_compute(script, tmp_path):
+@pytest.mark.parametrize("saved, given", [(1, 7), (5, 1)])  # --seed 1, the default's value, given on the command line
+def test_a_resume_under_another_seed_exits_2_before_any_compute(script, saved, given, tmp_path):
     path = tmp_path / ("ckpt.npz" if script == "ppo_ewma_jax" else "ckpt.pt")
-    _, flags = checkpoint_of_seed(script, path, 1)
-    result = run_copy(script, flags + ["--seed", "7", "--resume", str(path)], tmp_path / "run", timeout=300)
-    assert_bad_input(result, tmp_path / "run", "--seed 7 does not match the checkpoint's seed 1: a resume continues its "
-                                               "run's seed; drop --seed or pass 1")
+    _, flags = checkpoint_of_seed(script, path, saved)
+    result = run_copy(script, flags + ["--seed", str(given), "--resume", str(path)], tmp_path / "run", timeout=300)
+    assert_bad_input(result, tmp_path / "run", f"--seed {given} does not match the checkpoint's seed {saved}: a resume "
+                                               f"continues its run's seed; drop --seed or pass {saved}")
 
 
 @pytest.mark.parametrize("script, flags", [

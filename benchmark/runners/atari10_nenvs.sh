@@ -12,11 +12,10 @@
 # Breakout and SpaceInvaders (gymnax), 5 seeds, 1M steps per run; CleanRL's Atari PPO settings (lr 2.5e-4 annealed,
 # gamma 0.99, lambda 0.95, 4 epochs x 4 minibatches, clip 0.1, entropy 0.01) with an MLP of 2 x 128 ReLU units in
 # place of the Nature CNN (ReLU as the paper's networks: a tanh unit is seldom dormant); fixed_batch 8 x 128, 16 x 64,
-# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. At most 66.4 minutes on 2 CPU cores (2 workers, Intel
-# Xeon, 2026-11-28, beside a stray process that took about a third of the machine): PART=fixed_batch's runs 29,
-# PART=grow's 47 (the 8 x 128 runs among them).
-# Until 2026-11-28: 2 x 256 units, 97 minutes on 2 CPU cores (2 workers, AMD EPYC, 2026-11-27: 75 for fixed_batch and
-# the N_envs arm, partly beside other work, 22 alone for the rollout arm), over the hour a claim may take.
+# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. Its time on 2 CPU cores is not measured with a log kept
+# (its one whole run, Intel Xeon, 2026-11-28, ran beside a stray process that took about a third of the machine).
+# Until 2026-11-28: 2 x 256 units, about 97 minutes on 2 CPU cores (AMD EPYC, 2026-11-27, partly beside other work; no
+# log kept), over the hour a claim may take.
 # Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
 # steps): SCALE=small's games, configs and flags with 2 x 256 units, 10 seeds (in one process) and 10M steps a run. GPU time, one

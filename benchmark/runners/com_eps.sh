@@ -2,7 +2,7 @@
 # Stagnation Fig. 5a and 12b: PPO-EWMA's centre of mass (COM) against the clip epsilon on Kinetix locomotion
 # (ppo_ewma_jax.py at its Table 2 defaults), 5 seeds (the paper's, App. A.1; 3 until 2026-11-28), 1000 iterations (the COM and epsilon values: this project's
 # choice); the analysis draws the COM x epsilon heatmap and the final solve rate against the COM.
-# Claims 2 (with stag_fig5b_eps.sh) and 3 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), seeds 11-15 (6-10 until the plateau premise became the slopes' comparison, fixed before the reruns on 11-15),
+# Claims 2 (with stag_fig5b_eps.sh) and 3 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), seeds 11-15 (6-10 until the plateau premise became claims.py's stays_below, fixed before the reruns on 11-15),
 # COM 8 and 256 at epsilon 0.2 (PPO's proximal policy lags 127.5 minibatch steps on average at 8 x 32). Until
 # 2026-11-27 seeds 1-5 and COM 4, whose policy collapsed: COM 8 was chosen then, before any run of it, and the
 # no-collapse premise decides whether its runs test the claims. Until 2026-11-29 also COM 32, which no condition

@@ -65,7 +65,7 @@ STAG_SMALL_ITER=122
 # The reduced scales' task for the data-collection claims 7-10 (atari10_nenvs.sh, atari10_epochs.sh): PPO on two MinAtar
 # games with CleanRL's Atari PPO settings (lr 2.5e-4 annealed, gamma 0.99, lambda 0.95, 4 minibatches, clip 0.1) and
 # an MLP of 2 ReLU layers in place of the Nature CNN, 256 units wide at SCALE=gpu and 128 at SCALE=small (fixed
-# 2026-11-28, before its runs: at 256 atari10_nenvs.sh took 97 minutes on 2 cores, over the hour a claim may take;
+# 2026-11-28, before its runs: at 256 atari10_nenvs.sh took about 97 minutes on 2 cores (no log kept), over the hour a claim may take;
 # benchmark/reproduce.md); the runner gives --update-epochs
 MINATAR_GAMES="Breakout-MinAtar SpaceInvaders-MinAtar"
 MINATAR_WIDTH=$([[ "$SCALE" == small ]] && echo 128 || echo 256)

@@ -10,7 +10,7 @@
 # seed near com_eps.sh's 31k), scaled k = 16 to 128 envs by more-minibatches (128 minibatches of 128) and by
 # bigger-minibatch (8 of 2,048); the base runs once. 35.7 minutes on 2 workers, alone (Intel Xeon, 2026-11-28).
 # Until 2026-11-28: 1M steps a run (the base's 976 iterations),
-# 85 minutes on 2 workers (AMD EPYC, 2026-11-27, about 60 of them beside other work), over the hour a claim may take;
+# about 85 minutes on 2 workers (AMD EPYC, 2026-11-27, about 60 of them beside other work; no log kept), over the hour;
 # the budget was halved (fixed 2026-11-28, before its runs) to fit it, and the seeds packed 3 + 2 (in place of 5 in one
 # process, which left the base's grid, the longest, on one of the two workers). Until 2026-11-27: 3 seeds, 100 iterations each (the scaled runs saw 4x the samples), base 32
 # envs, k = 4, the base run under both recipes. SCALE=gpu (fixed 2026-11-27 later, before any run; until then

@@ -4,7 +4,7 @@
 # (the resume_<COM> grids: raising and lowering the COM, the starting COM as the control); compared in one analysis
 # (resume_all: a curve per starting COM x new COM, as the paper's legend "COM (starting COM)"). Kinetix locomotion,
 # 5 seeds; the COMs and lengths are this project's choice.
-# Claim 4 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), seeds 11-15 (6-10 until the plateau premise became the slopes' comparison, fixed before the reruns on 11-15), COM 8 for 122 iterations (1M
+# Claim 4 of benchmark/reproduce.md. SCALE=small: STAG_SMALL (common.sh), seeds 11-15 (6-10 until the plateau premise became claims.py's stays_below, fixed before the reruns on 11-15), COM 8 for 122 iterations (1M
 # steps; the plateau is com_eps.sh's COM-8 runs, shared through the store), then resumed with COM 8 (the control) and
 # 256 to 244 iterations (PART=raise); and, since 2026-11-28 (fixed before any of its runs), the lowering arm
 # (PART=lower): com_eps.sh's COM-256 runs, shared as the plateau_256 grid, resumed with COM 8 to 244 iterations (no

@@ -2,10 +2,10 @@
 # Stagnation Fig. 5b: standard PPO's clip epsilon on Kinetix locomotion (Table 2 defaults), 5 seeds, 1000
 # iterations; too large an epsilon plateaus early. The epsilon values are this project's choice.
 # Claim 2 of benchmark/reproduce.md, with com_eps.sh's grid (run that runner first, with the same OUT_DIR's parent:
-# claim 2 reads grids/com_eps and grids/stag_fig5b_eps, their returns and their policies' entropy). SCALE=small: STAG_SMALL (common.sh), seeds 11-15 (6-10 until the plateau premise became the slopes' comparison, fixed before the reruns on 11-15) (1-5
+# claim 2 reads grids/com_eps and grids/stag_fig5b_eps, their returns and their policies' entropy). SCALE=small: STAG_SMALL (common.sh), seeds 11-15 (6-10 until the plateau premise became claims.py's stays_below, fixed before the reruns on 11-15) (1-5
 # until 2026-11-27: a rerun on fresh seeds), epsilon 0.2 and 0.8 (until 2026-11-29 also 0.1, which no condition
-# reads: 48.5 minutes alone on 2 workers with it, AMD EPYC, 2026-11-27, seeds 3 and 2 to a process; on the Intel Xeon
-# of 2026-11-29 com_eps.sh's three configs took 68.7, so this one's three would be over the hour there too). Without
+# reads; its time with it has no log kept; on the Intel Xeon of 2026-11-29 com_eps.sh's three configs took 68.7, so
+# this one's three would be over the hour there too). Without
 # it about 44 minutes (com_eps.sh's per-config process times on that Intel Xeon: an estimate, not timed). The runner
 # packs 5 seeds as 3 + 2 since 2026-11-29 (the launcher's default, 5 to a process, leaves a worker idle). SCALE=gpu:
 # Kinetix locomotion at Table 2, seeds 1-5 in one process, epsilon 0.1, 0.2, 0.8, 1000 iterations (524M steps a run;
