@@ -560,7 +560,7 @@ def test_claim_2_and_3_runs_read_as_their_docs_describe_them():
     """analyze.py's committed tables of the COM grid (claims 2-3, 5 seeds, 1M steps, curves in 50 points): every COM
     256 seed improves throughout; COM 8's seeds 7 and 9 collapsed mid-run (entropy under 0.01 nats, KL near 0,
     benchmark/reproduce.md) and the advisor finds each collapse, and no other seed's."""
-    tables = [ROOT / "benchmark" / "reproduce" / f for f in ("claim_2/com_eps_runs.csv.gz", "claim_2/com_eps_entropy_runs.csv.gz",
+    tables = [ROOT / "benchmark" / "reproduce" / f for f in ("claim_2/seeds_6-10/com_eps_runs.csv.gz", "claim_2/seeds_6-10/com_eps_entropy_runs.csv.gz",
                                                              "claim_3/seeds_6-10/com_eps_approx_kl_runs.csv.gz")]
     reports = advise.main(["--tables", *map(str, tables), "--window", "8"])
     by = {(r["run"].split("ewma-com=")[1].split("__")[0], int(r["run"].split("__s")[1].split("__")[0])): r for r in reports}
