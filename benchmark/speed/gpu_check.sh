@@ -24,7 +24,7 @@
 #               Breakout-MinAtar with 10 seeds packed (the atari10 runners' configs 8 x 128, 32 x 32, 32 x 128), and
 #               jax_steps_per_second.py on locomotion at Table 2 with 5 seeds packed (the stagnation runners')
 #
-#   REFERENCE=~/src/purejaxrl bash benchmark/speed/gpu_check.sh OUT_DIR        (PARTS="minatar locomotion" runs those alone)
+#   REFERENCE=path/to/purejaxrl bash benchmark/speed/gpu_check.sh OUT_DIR      (PARTS="minatar locomotion" runs those alone)
 #
 # Stops before any run unless JAX's default backend is a GPU. REFERENCE is a checkout of PureJaxRL (the device and
 # minatar parts need it; nothing of it is in this repository). PAIRS (default 3) pairs for minatar and torch. Each

@@ -10,7 +10,7 @@ under `jax.profiler.trace` (a perfetto trace), whose device events are summed by
 side, with their share of the side's device time. Host loop, logging and compilation are not in these figures
 (vs_reference.py --steady measures whole processes).
 
-    python benchmark/speed/profile_jax.py --reference ~/src/purejaxrl --num-envs 65536 --json out.json
+    python benchmark/speed/profile_jax.py --reference path/to/purejaxrl --num-envs 65536 --json out.json
     python benchmark/speed/profile_jax.py --num-envs 256 --calls 10 --against 426989b     (a change, side by side)
 
 --against REV times the script as it was at a git revision the same way, in the same process (both programs compiled,

@@ -1,11 +1,11 @@
 """This project's scripts side by side with the ones researchers would otherwise copy, in one run on one machine.
 
-    python benchmark/speed/vs_reference.py --reference ~/src/cleanrl --bench ppo_atari --num-envs 8
-    python benchmark/speed/vs_reference.py --reference ~/src/cleanrl --bench ppo_atari --num-envs 64
-    python benchmark/speed/vs_reference.py --reference ~/src/cleanrl --bench pqn_atari
-    python benchmark/speed/vs_reference.py --reference ~/src/cleanrl --bench ppo_rnd
-    python benchmark/speed/vs_reference.py --reference ~/src/purejaxrl --bench ppo_cartpole_jax
-    python benchmark/speed/vs_reference.py --reference ~/src/purejaxrl --bench ppo_minatar_jax --num-envs 65536 --steady
+    python benchmark/speed/vs_reference.py --reference path/to/cleanrl --bench ppo_atari --num-envs 8
+    python benchmark/speed/vs_reference.py --reference path/to/cleanrl --bench ppo_atari --num-envs 64
+    python benchmark/speed/vs_reference.py --reference path/to/cleanrl --bench pqn_atari
+    python benchmark/speed/vs_reference.py --reference path/to/cleanrl --bench ppo_rnd
+    python benchmark/speed/vs_reference.py --reference path/to/purejaxrl --bench ppo_cartpole_jax
+    python benchmark/speed/vs_reference.py --reference path/to/purejaxrl --bench ppo_minatar_jax --num-envs 65536 --steady
 
 --reference is the user's checkout of CleanRL (github.com/vwxyzjn/cleanrl) or PureJaxRL
 (github.com/luchris429/purejaxrl); nothing of either is in this repository. A copy of the reference
