@@ -1,9 +1,9 @@
 """PPO with Random Network Distillation (Burda et al., 2019) on hard-exploration Atari (envpool).
 
-The hard-exploration arm of "The Impact of On-Policy Parallelized Data Collection on Deep RL Networks" (review thread,
-rebuttal Fig. 4): CleanRL's ppo_rnd_envpool on envpool's gymnasium API, with what this project's PPO on Atari has (the
-scaling recipes, the exact KL / DDR, the dynamics/ metrics, uint8 storage, --compile, and runs that survive preemption:
-the appendix at the end of the file), and the number of Montezuma rooms visited.
+The hard-exploration arm of "The Impact of On-Policy Parallelized Data Collection on Deep RL Networks" (the authors'
+rebuttal to its ICML 2025 reviewers, Fig. 4): CleanRL's ppo_rnd_envpool on envpool's gymnasium API, with what this
+project's PPO on Atari has (the scaling recipes, the exact KL / DDR, the dynamics/ metrics, uint8 storage, --compile,
+and runs that survive preemption: the appendix at the end of the file), and the number of Montezuma rooms visited.
 
 Departures from CleanRL's ppo_rnd_envpool, each OpenAI's RND instead: vf_coef 1.0 (CleanRL 0.5), no episodic life, and
 the intrinsic-reward filter runs over time within each env (CleanRL's `.T` runs it over the envs of one step). The
