@@ -7,7 +7,7 @@
 #   grow: the batch grown from 64 x 256 through N_envs (128, 256 envs at 256 steps) against through rollout length
 #   (64 envs at 512, 1024 steps).
 # The games, Bigfish and Starpilot, and the x2/x4 factors are this project's choice (the text names neither). No
-# SCALE=small: the IMPALA CNN trains at about 150 steps/s on 2 CPU cores (docs/ppo_procgen_envpool.md), two days per 25M-step run;
+# SCALE=small: the IMPALA CNN on 2 CPU cores is far too slow for 25M-step runs (its CPU rate is not measured with a raw output kept);
 # SCALE=gpu is not sized either (no GPU throughput measured yet).
 source "$(dirname "$0")/common.sh"
 if smoke; then
