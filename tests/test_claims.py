@@ -108,6 +108,33 @@ def test_the_mde_is_found_with_80_percent_power(n, level):
     assert claims.t_stats(seeds, None, level, paired=False).mde == pytest.approx(mde)
 
 
+@pytest.mark.parametrize("n_a, n_b, sd_b, level", [(5, 5, 1.0, 0.95), (5, 5, 1.0, 1 - 0.05 / 6), (5, 5, 3.0, 0.95),
+                                                    (3, 3, 1.0, 1 - 0.05 / 4), (10, 5, 0.5, 1 - 0.05 / 12)])
+def test_welch_mde_is_found_with_80_percent_power(n_a, n_b, sd_b, level):
+    """Welch's MDE is found 80% of the time by Welch's interval in grids of those seeds at those spreads (simulated
+    with random numbers of their own); the noncentral t's at the Satterthwaite degrees of freedom, which takes them as
+    known, is found less often (74-79% at 5 seeds a side, 60% at 3)."""
+    seeds = lambda n, sd, r: sd * (lambda x: (x - x.mean()) / x.std(ddof=1))(np.random.default_rng(r).normal(0, 1, n))
+    a, b = seeds(n_a, 1.0, 1), seeds(n_b, sd_b, 2)  # observed SDs exactly 1 and sd_b
+    stats = claims.t_stats(a, b, level, paired=False)
+    rng = np.random.default_rng(99)
+
+    def power(excess):
+        x, y = rng.normal(excess, 1.0, (200_000, n_a)), rng.normal(0.0, sd_b, (200_000, n_b))
+        va, vb = x.var(1, ddof=1) / n_a, y.var(1, ddof=1) / n_b
+        dof = (va + vb) ** 2 / (va ** 2 / (n_a - 1) + vb ** 2 / (n_b - 1))
+        low = x.mean(1) - y.mean(1) - scipy.stats.t.ppf(1 - (1 - level) / 2, dof) * np.sqrt(va + vb)
+        return (low > 0).mean()
+
+    assert power(stats.mde) == pytest.approx(0.8, abs=0.006)
+    se = np.sqrt(1 / n_a + sd_b ** 2 / n_b)
+    satterthwaite = se ** 4 / ((1 / n_a) ** 2 / (n_a - 1) + (sd_b ** 2 / n_b) ** 2 / (n_b - 1))
+    assert power(claims.detectable(se, satterthwaite, level)) < 0.795  # the noncentral t's, as before, falls short
+    # the interval itself is Welch's, as scipy's
+    ref = scipy.stats.ttest_ind(a, b, equal_var=False).confidence_interval(level)
+    assert (stats.low, stats.high) == pytest.approx((ref.low, ref.high))
+
+
 @pytest.mark.parametrize("is_premise, named", [(True, "its premise (a: "), (False, "the condition it rests on (a: ")])
 def test_a_condition_whose_premise_is_not_supported_is_undecided(is_premise, named):
     premise = claims.greater([1.0, 1.1], [2.0, 2.1], "a", "b", what="a")  # contradicted
