@@ -1,6 +1,6 @@
 """How often claims 2-4's plateau premise decides at 5 seeds, simulated at the spread the published runs measured.
 
-    python benchmark/plateau_power.py                      # reads benchmark/reproduce/claim_{2,3,4}/'s per-seed tables
+    python benchmark/plateau_power.py                      # reads benchmark/reproduce/claim_{2,3,4}/seeds_6-10/'s per-seed tables
     python benchmark/plateau_power.py --sims 20000 --seeds 5
 
 The premise (`stays_below` in claims.py): per seed, the line fitted to the score over the last half of training,
@@ -29,7 +29,7 @@ from benchmark.common import OneLineParser  # noqa: E402
 PREMISES = [
     (2, 6, "com_eps", {"ewma-com": 8}, {"ewma-com": 256}, "COM 8 below COM 256"),
     (2, 6, "eps", {"clip-coef": 0.8}, {"clip-coef": 0.2}, "epsilon 0.8 below epsilon 0.2"),
-    (3, 5, "com_eps", {"ewma-com": 8}, {"ewma-com": 256}, "COM 8 below COM 256"),  # claims 2 and 3's seeds 6-10: in seeds_6-10/
+    (3, 5, "com_eps", {"ewma-com": 8}, {"ewma-com": 256}, "COM 8 below COM 256"),  # every claim's seeds 6-10: in seeds_6-10/
     (4, 4, "resume_all", {"grid": "plateau_8"}, {"grid": "plateau_256"}, "COM 8 below COM 256 before the switch"),
 ]
 SHIFTS = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0)  # true difference of the slopes' means, in the larger SD
@@ -64,7 +64,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     print(f"{opts.sims} simulated grids per row, {opts.seeds} seeds a side; Welch's t at the claim's Bonferroni level")
     for claim, m, prefix, weak, strong, name in PREMISES:
-        claims.Tables.published = Path(opts.published) / f"claim_{claim}" / ("seeds_6-10" if claim in (2, 3) else "")
+        claims.Tables.published = Path(opts.published) / f"claim_{claim}" / "seeds_6-10"
         try:
             tables = claims.Tables(Path(prefix) / "analysis")
             slow, fast = claims.late_lines(tables, **weak), claims.late_lines(tables, **strong)
@@ -92,7 +92,7 @@ def main(argv=None):
               f"undecided {1 - s - c:.1%}")
         if claim == 2 or claim == 4:  # the premise replaced, at the same level, from the gains' spread
             where = weak
-            claims.Tables.published = Path(opts.published) / f"claim_{claim}" / ("seeds_6-10" if claim == 2 else "")
+            claims.Tables.published = Path(opts.published) / f"claim_{claim}" / "seeds_6-10"
             try:
                 tables = claims.Tables(Path(prefix) / "analysis")
                 gains = []
