@@ -79,7 +79,8 @@ class Stats(NamedTuple):
     effect_size: float  # the estimate over its spread, the margin not subtracted: Cohen's d (paired: d_z); a bootstrap:
     #                     over the replicates' standard deviation, a z-score, not a d
     mde: float  # the smallest true excess over the margin detected with probability POWER at this level and seed
-    #             count, from the observed standard error (a bootstrap: the normal approximation)
+    #             count, from the observed standard error (Welch's t: by simulation at the observed spreads; a
+    #             bootstrap: the normal approximation)
     n: str  # the seed counts
     no_interval: str = ""  # why there is no interval (low and high NaN): too few seeds, or no spread over them
 

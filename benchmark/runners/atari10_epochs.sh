@@ -17,7 +17,7 @@
 # Until 2026-11-28: 2 x 256 units, 61 minutes on 2 CPU cores (2 workers, AMD EPYC, 2026-11-27: 27.6 stopped by
 # SIGTERM, then 33.4 resumed). Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
-# steps): SCALE=small's games, configs and flags with 2 x 256 units, 10 seeds (in one process) and 10M steps a run. GPU time, one
+# steps): MinAtar Breakout and SpaceInvaders (SCALE=small reads SpaceInvaders alone), SCALE=small's configs and flags with 2 x 256 units, 10 seeds (in one process) and 10M steps a run. GPU time, one
 # process at a time (common.sh's measured H200 rates), per game: 8 epochs (~35 ms of minibatch steps an iteration: twice the measured 4 epochs, assumed, not measured)
 # 8 x 128 407 s, 16 x 128 204 s, 8 x 256 236 s; 4 epochs 236 s, 118 s, 150 s (atari10_nenvs.sh's runs, shared
 # through the store); + 6 x 40 s fixed = 1,591 s; 2 games 0.88 GPU-hours (0.53 after atari10_nenvs.sh).

@@ -19,7 +19,7 @@
 # log kept), over the hour a claim may take.
 # Until 2026-11-27: 3 seeds, tanh units.
 # SCALE=gpu (fixed 2026-11-27, before any run; until then ppo_atari_envpool.py on Phoenix and Qbert, 3 seeds, 1M
-# steps): SCALE=small's games, configs and flags with 2 x 256 units, 10 seeds (in one process) and 10M steps a run. GPU time, one
+# steps): MinAtar Breakout and SpaceInvaders (SCALE=small reads SpaceInvaders alone), SCALE=small's configs and flags with 2 x 256 units, 10 seeds (in one process) and 10M steps a run. GPU time, one
 # process at a time (common.sh's measured H200 rates), per game: fixed_batch 8 x 128 236 s, 16 x 64 203 s,
 # 32 x 32 188 s; grow 16 x 128 118 s, 32 x 128 59 s, 8 x 256 150 s, 8 x 512 108 s; + 7 x 40 s fixed = 1,342 s;
 # 2 games 0.75 GPU-hours (4 processes share the GPU: less, by an unmeasured factor).

@@ -68,7 +68,7 @@ STAG_SMALL_ITER=122
 # 2026-11-28, before its runs: at 256 atari10_nenvs.sh took about 97 minutes on 2 cores (no log kept), over the hour a claim may take;
 # benchmark/reproduce.md); the runner gives --update-epochs
 # SCALE=small reads SpaceInvaders alone: minatar_pilot.sh's rule (fixed before its runs) asks a game's runs to leave
-# the floor within the budget; Breakout's did not (every arm ended at 5.9-7.0), and neither candidate for its place
+# the floor within the budget; Breakout's did not (its 4-epoch runs ended at 5.9-7.0 but one seed at 13.1), and neither candidate for its place
 # qualified (Asterix gained under 0.3 points, Freeway's seeds +3.6 and -2.7; benchmark/results/cpu_2026-12-02/
 # minatar_pilot.log). SCALE=gpu (10M steps a run) keeps both games.
 MINATAR_GAMES=$([[ "$SCALE" == small ]] && echo "SpaceInvaders-MinAtar" || echo "Breakout-MinAtar SpaceInvaders-MinAtar")
