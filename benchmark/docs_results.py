@@ -1,0 +1,394 @@
+"""Learning curves of this project's scripts beside the scripts researchers would otherwise copy.
+
+    python benchmark/docs_results.py ppo_cartpole --reference path/to/purejaxrl --out grids/docs_results
+    python benchmark/docs_results.py ppo_cartpole --reference path/to/purejaxrl --out grids/docs_results \\
+        --publish benchmark/results/learning
+
+One comparison (COMPARISONS below) trains the anchor's own script (CleanRL's or PureJaxRL's, from the user's
+checkout: nothing of either is in this repository) and this project's script at the same environment, budget,
+seeds and hyper-parameters, one process per side and seed, the two sides taking turns. The copy of the anchor is
+edited at run time with the few text edits today's envpool / gymnasium need (benchmark/speed/vs_reference.py's, each
+with its reason; an edit that finds nothing stops the command before any run). PureJaxRL's ppo.py has no command
+line and logs nothing: a driver calls its make_train(config) and writes, per iteration, the mean return of the
+episodes that ended in it, as this project's JAX scripts log charts/episodic_return.
+
+A finished run leaves done.json in its folder; running the command again runs only what is missing (a stopped
+run starts over). Ctrl-C, SIGTERM or SIGUSR1 stop the runs in flight and name the command that resumes.
+
+Read off each run: the final return, the mean of charts/episodic_return over the last 10% of its steps (as
+benchmark/analyze.py reads a grid); per side, its mean over the seeds; the difference (this project minus the
+anchor) with its 95% interval by Welch's t (benchmark/claims.py's) and the plain sentence: indistinguishable at
+this budget, the difference within +-X (X the larger end of the interval), or not. Written to --out/<comparison>/:
+final_returns.csv (side, seed, final return), curves.png (mean and 95% interval over the seeds, both sides),
+summary.json and summary.md (settings, commands, machine, the table row and the sentence). --publish copies them
+(with each run's curve as curves.csv.gz) to a folder; a result whose interval excludes zero is published only with
+--why, the cause found, which summary.md then states.
+"""
+import argparse
+import csv
+import gzip
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for benchmark.*
+from benchmark.common import SCRIPTS, describe_machine, read_tensorboard_run, run_dirs  # noqa: E402
+from benchmark.speed import vs_reference  # noqa: E402
+
+FINAL_FRACTION = 0.1  # benchmark/analyze.py's --final-fraction default
+TAG = "charts/episodic_return"
+
+# PureJaxRL's ppo.py run for its learning curve: vs_reference's config, and per iteration the mean return of the
+# episodes that ended in it (ppo.py's own DEBUG callback prints each of them; this writes their mean, as the
+# project's JAX scripts log charts/episodic_return)
+PUREJAXRL_LEARNING_DRIVER = '''"""docs_results.py's driver for PureJaxRL's ppo.py: its __main__ config, sizes from argv, DEBUG off."""
+import csv
+import json
+import sys
+
+import jax
+import numpy as np
+
+import ppo
+
+config = __CONFIG__
+config.update(json.loads(sys.argv[1]))
+out = jax.jit(ppo.make_train(config))(jax.random.PRNGKey(int(sys.argv[2])))
+info = jax.device_get(out["metrics"])
+ended, returns = np.asarray(info["returned_episode"]), np.asarray(info["returned_episode_returns"])
+batch = config["NUM_ENVS"] * config["NUM_STEPS"]
+with open("returns.csv", "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["global_step", "episodic_return"])
+    for i in range(ended.shape[0]):  # iteration i: ended[i] is (steps, envs)
+        if ended[i].any():
+            writer.writerow([(i + 1) * batch, float(returns[i][ended[i]].mean())])
+'''
+
+
+@dataclass
+class Comparison:
+    bench: str  # vs_reference.BENCHES' key: the anchor's file, its edits, the project's script and its flags
+    anchor: str  # the anchor's name in the tables
+    env_id: str
+    num_envs: int
+    num_steps: int
+    total_timesteps: int
+    seeds: list
+    extra_project_flags: list = field(default_factory=list)
+    note: str = ""  # a difference between the two sides that stays
+
+
+COMPARISONS = {
+    # PureJaxRL's ppo.py __main__ (CartPole-v1, 4 envs x 128 steps, 4 x 4 minibatches, 5e5 steps as it trains them,
+    # 64 x 2 tanh MLPs) against ppo_ewma_jax.py as plain PPO with those hyper-parameters; 10 seeds (a run is cheap)
+    "ppo_cartpole": Comparison("ppo_cartpole_jax", "PureJaxRL ppo.py", "CartPole-v1", 4, 128, 499_712,
+                               list(range(1, 11)),
+                               note="PureJaxRL anneals the learning rate once an iteration, ppo_ewma_jax.py after every "
+                                    "minibatch step"),
+}
+
+
+def fail(message):
+    """Bad input: one line, exit status 2, nothing run or written."""
+    print(f"docs_results.py: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def final_return(steps, values, fraction=FINAL_FRACTION):
+    """The mean of the values logged over the last `fraction` of the steps (benchmark/events.py's summarise_run)."""
+    steps, values = np.asarray(steps, np.float64), np.asarray(values, np.float64)
+    cut = steps.max() - fraction * (steps.max() - steps.min())
+    return float(values[steps >= cut].mean())
+
+
+def read_curve(run_dir):
+    """(steps, returns) a finished run logged: returns.csv (the PureJaxRL driver) or TensorBoard's charts/episodic_return."""
+    run_dir = Path(run_dir)
+    if (run_dir / "returns.csv").exists():
+        with open(run_dir / "returns.csv", newline="") as f:
+            rows = [(int(r["global_step"]), float(r["episodic_return"])) for r in csv.DictReader(f)]
+    else:
+        (tb,) = run_dirs(run_dir)
+        rows = [(e.step, e.value) for e in read_tensorboard_run(tb)[0].get(TAG, [])]
+    if not rows:
+        raise ValueError(f"{run_dir}: no episode ended in the whole run (nothing logged as {TAG})")
+    rows.sort(key=lambda r: r[0])
+    return np.array([r[0] for r in rows]), np.array([r[1] for r in rows])
+
+
+def parse(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("comparison", choices=sorted(COMPARISONS))
+    parser.add_argument("--reference", type=Path, help="the checkout of CleanRL or PureJaxRL (not needed to re-read "
+                        "finished runs with --report-only)")
+    parser.add_argument("--out", type=Path, default=Path("grids/docs_results"), help="where the runs and the report go")
+    parser.add_argument("--seeds", type=int, nargs="+", help="default: the comparison's")
+    parser.add_argument("--total-timesteps", type=int, help="default: the comparison's")
+    parser.add_argument("--workers", type=int, default=1, help="runs at once")
+    parser.add_argument("--report-only", action="store_true", help="read the finished runs, run nothing")
+    parser.add_argument("--publish", type=Path, help="copy the report and every run's curve to this folder")
+    parser.add_argument("--why", help="with --publish: the cause found of a difference whose interval excludes zero")
+    opts = parser.parse_args(argv)
+    comp = COMPARISONS[opts.comparison]
+    opts.seeds = opts.seeds or comp.seeds
+    opts.total_timesteps = opts.total_timesteps or comp.total_timesteps
+    if any(s < 0 or s >= 2**31 for s in opts.seeds):
+        fail(f"--seeds must lie in [0, 2**31), got {opts.seeds}")
+    if len(set(opts.seeds)) != len(opts.seeds):
+        fail(f"--seeds must not repeat a seed, got {opts.seeds}")
+    if len(opts.seeds) < 2:
+        fail(f"--seeds must name at least 2 seeds (an interval over the seeds), got {opts.seeds}")
+    batch = comp.num_envs * comp.num_steps
+    if opts.total_timesteps < batch or opts.total_timesteps % batch or opts.total_timesteps >= 2**31:
+        fail(f"--total-timesteps must be a positive multiple of num_envs x num_steps = {batch} below 2**31 (both "
+             f"sides then train exactly that many steps), got {opts.total_timesteps}")
+    if opts.workers < 1:
+        fail(f"--workers must be at least 1, got {opts.workers}")
+    if opts.why is not None and not opts.why.strip():
+        fail("--why must state the cause found (got an empty string)")
+    if opts.why is not None and opts.publish is None:
+        fail("--why is read only with --publish")
+    if opts.out.exists() and not opts.out.is_dir():
+        fail(f"--out {opts.out} is a file, not a folder")
+    if opts.publish is not None and opts.publish.exists() and not opts.publish.is_dir():
+        fail(f"--publish {opts.publish} is a file, not a folder")
+    bench = vs_reference.BENCHES[comp.bench]
+    if not opts.report_only:
+        if opts.reference is None:
+            fail("--reference is needed to run (the anchor's checkout); --report-only reads finished runs")
+        for needed in [bench.reference] + (["purejaxrl/wrappers.py"] if bench.reference.startswith("purejaxrl/") else []):
+            if not (opts.reference / needed).is_file():
+                fail(f"--reference {opts.reference} has no {needed} (the {opts.comparison} comparison needs it)")
+    return opts, comp, bench
+
+
+def commands(opts, comp, bench, seed, reference_file):
+    """{side: argv} of one seed: the anchor and the project at the same settings."""
+    sizes = SimpleNamespace(env_id=comp.env_id, num_envs=comp.num_envs, num_steps=comp.num_steps, seed=seed,
+                            total_timesteps=opts.total_timesteps, steady=False, obs_norm_init=1)
+    reference, project = vs_reference.commands(bench, sizes, reference_file)
+    if bench.reference.startswith("purejaxrl/"):
+        reference[0] = "docs_results_driver.py"
+    return {"anchor": reference, "project": project + comp.extra_project_flags}
+
+
+def run_one(side, seed, argv, source, folder):
+    """Train one side's seed in a fresh `folder` (a copy of `source`'s files); done.json when it ends."""
+    if folder.exists():
+        shutil.rmtree(folder)  # a stopped run starts over
+    shutil.copytree(source, folder)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", WANDB_MODE="disabled")
+    start = time.perf_counter()
+    with open(folder / "stdout.log", "w") as log:
+        process = subprocess.Popen([sys.executable, *argv], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)  # our signal handler stops it, not the terminal's Ctrl-C
+        RUNNING.add(process)
+        code = process.wait()
+        RUNNING.discard(process)
+    if code:
+        raise RuntimeError(f"{side} seed {seed} (`python {' '.join(argv)}` in {folder}) exited {code}; its log: "
+                           f"{folder / 'stdout.log'}")
+    (folder / "done.json").write_text(json.dumps({"side": side, "seed": seed, "argv": argv,
+                                                  "seconds": time.perf_counter() - start}))
+
+
+RUNNING = set()
+
+
+def run_all(opts, comp, bench, root):
+    """Every missing run, the sides taking turns (anchor, project, then project, anchor: drift falls on both)."""
+    sources = root / "sources"
+    if sources.exists():
+        shutil.rmtree(sources)
+    (sources / "anchor").mkdir(parents=True)
+    reference_file = vs_reference.prepare_reference(bench, opts.reference.resolve(), sources / "anchor")
+    if bench.reference.startswith("purejaxrl/"):
+        (sources / "anchor" / "docs_results_driver.py").write_text(
+            PUREJAXRL_LEARNING_DRIVER.replace("__CONFIG__", repr(vs_reference.PUREJAXRL_CONFIG)))
+    (sources / "project").mkdir()
+    shutil.copy(SCRIPTS / f"{bench.project}.py", sources / "project")
+    todo = []
+    for i, seed in enumerate(opts.seeds):
+        argvs = commands(opts, comp, bench, seed, reference_file)
+        for side in (("anchor", "project") if i % 2 == 0 else ("project", "anchor")):
+            folder = root / side / f"seed_{seed}"
+            if not (folder / "done.json").exists():
+                todo.append((side, seed, argvs[side], sources / side, folder))
+    print(f"{opts.comparison}: {len(todo)} runs to go of {2 * len(opts.seeds)}", flush=True)
+    stopped = []
+
+    def stop(signum, frame):
+        if stopped:  # a second signal: abort now
+            for process in list(RUNNING):
+                process.kill()
+            raise KeyboardInterrupt
+        stopped.append(signal.Signals(signum).name)
+        for process in list(RUNNING):
+            process.terminate()
+
+    for name in ("SIGINT", "SIGTERM", "SIGUSR1"):
+        signal.signal(getattr(signal, name), stop)
+    from tqdm import tqdm
+
+    with ThreadPoolExecutor(opts.workers) as pool, tqdm(total=len(todo), unit="run") as bar:
+        futures = []
+        for job in todo:
+            futures.append(pool.submit(lambda job=job: None if stopped else run_one(*job)))
+        errors = []
+        for future, job in zip(futures, todo):
+            try:
+                future.result()
+                if not stopped:
+                    steps, values = read_curve(job[4])
+                    bar.set_postfix(last=f"{job[0]} seed {job[1]}: {final_return(steps, values):.1f}")
+            except RuntimeError as e:
+                if not stopped:
+                    errors.append(str(e))
+            bar.update(1)
+    if stopped:
+        print(f"docs_results.py: stopped by {stopped[0]}; finished runs are kept: run the same command again to "
+              f"resume ({sum((root / s / f'seed_{seed}' / 'done.json').exists() for s in ('anchor', 'project') for seed in opts.seeds)} "
+              f"of {2 * len(opts.seeds)} done)", file=sys.stderr)
+        raise SystemExit(75)
+    if errors:
+        raise SystemExit("docs_results.py: " + "\n".join(errors))
+
+
+def report(opts, comp, bench, root):
+    """Final returns, curves, the difference and its sentence: (summary dict, {side: {seed: (steps, values)}})."""
+    from benchmark.claims import t_stats
+
+    curves, missing = {}, []
+    for side in ("anchor", "project"):
+        for seed in opts.seeds:
+            folder = root / side / f"seed_{seed}"
+            if not (folder / "done.json").exists():
+                missing.append(f"{side} seed {seed}")
+                continue
+            curves.setdefault(side, {})[seed] = read_curve(folder)
+    if missing:
+        fail(f"--out {root}: runs not finished: {', '.join(missing)} (run without --report-only)")
+    finals = {side: {seed: final_return(*c) for seed, c in runs.items()} for side, runs in curves.items()}
+    s = t_stats(list(finals["project"].values()), list(finals["anchor"].values()), 0.95, paired=False)
+    mean = {side: float(np.mean(list(v.values()))) for side, v in finals.items()}
+    within = max(abs(s.low), abs(s.high))
+    if s.low <= 0 <= s.high:
+        sentence = (f"Indistinguishable at this budget: this project's final return minus {comp.anchor}'s is "
+                    f"{s.estimate:+.1f} [{s.low:+.1f}, {s.high:+.1f}], so a true difference, if any, lies within "
+                    f"±{within:.1f} ({100 * within / abs(mean['anchor']):.0f}% of {comp.anchor}'s mean; 95%, "
+                    f"{len(opts.seeds)} seeds a side).")
+    else:
+        sentence = (f"Not indistinguishable: this project's final return minus {comp.anchor}'s is {s.estimate:+.1f} "
+                    f"[{s.low:+.1f}, {s.high:+.1f}] (95%, {len(opts.seeds)} seeds a side).")
+    summary = {"comparison": opts.comparison, "anchor": comp.anchor, "project": f"{bench.project}.py",
+               "env_id": comp.env_id, "num_envs": comp.num_envs, "num_steps": comp.num_steps,
+               "total_timesteps": opts.total_timesteps, "seeds": opts.seeds, "final_fraction": FINAL_FRACTION,
+               "mean": mean, "difference": s.estimate, "low": s.low, "high": s.high, "within": within,
+               "indistinguishable": bool(s.low <= 0 <= s.high), "sentence": sentence, "note": comp.note,
+               "finals": {side: {str(k): v for k, v in f.items()} for side, f in finals.items()},
+               "commands": {side: json.loads((root / side / f"seed_{opts.seeds[0]}" / "done.json").read_text())["argv"]
+                            for side in ("anchor", "project")},
+               "seconds": {side: [json.loads((root / side / f"seed_{seed}" / "done.json").read_text())["seconds"]
+                                  for seed in opts.seeds] for side in ("anchor", "project")},
+               "machine": describe_machine()}
+    return summary, curves
+
+
+def write_report(summary, curves, root):
+    """final_returns.csv, curves.png, curves.csv.gz, summary.json and summary.md under `root`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import scipy.stats
+
+    with open(root / "final_returns.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["side", "seed", "final_return"])
+        for side, finals in summary["finals"].items():
+            for seed, value in finals.items():
+                writer.writerow([side, seed, f"{value:.6g}"])
+    with gzip.open(root / "curves.csv.gz", "wt", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["side", "seed", "global_step", "episodic_return"])
+        for side, runs in curves.items():
+            for seed, (steps, values) in runs.items():
+                writer.writerows([side, seed, int(x), f"{y:.6g}"] for x, y in zip(steps, values))
+    labels = {"anchor": summary["anchor"], "project": summary["project"]}
+    grid = np.linspace(0, summary["total_timesteps"], 101)[1:]
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
+    for side, color in (("anchor", "tab:gray"), ("project", "tab:blue")):
+        # each seed's curve averaged in 100 equal bins of steps (a bin without an episode: interpolated)
+        rows = []
+        for steps, values in curves[side].values():
+            bins = np.minimum((steps / summary["total_timesteps"] * 100).astype(int), 99)
+            count = np.bincount(bins, minlength=100)
+            binned = np.bincount(bins, values, minlength=100) / np.maximum(count, 1)
+            rows.append(np.interp(grid, grid[count > 0], binned[count > 0]))
+        rows = np.array(rows)
+        mean = rows.mean(axis=0)
+        half = scipy.stats.t.ppf(0.975, len(rows) - 1) * rows.std(axis=0, ddof=1) / np.sqrt(len(rows))
+        ax.plot(grid, mean, color=color, label=f"{labels[side]} ({len(rows)} seeds)")
+        ax.fill_between(grid, mean - half, mean + half, color=color, alpha=0.25, linewidth=0)
+    ax.set_xlabel("environment steps")
+    ax.set_ylabel("episodic return")
+    ax.set_title(f"{summary['env_id']}, {summary['num_envs']} envs x {summary['num_steps']} steps", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(root / "curves.png")
+    plt.close(fig)
+    (root / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    m = summary["mean"]
+    (root / "summary.md").write_text(
+        f"# {summary['project']} beside {summary['anchor']}: {summary['env_id']}\n\n"
+        f"{summary['num_envs']} envs x {summary['num_steps']} steps, {summary['total_timesteps']:,} steps a run, seeds "
+        f"{', '.join(map(str, summary['seeds']))} on each side; final return: the mean episodic return over the last "
+        f"{summary['final_fraction']:.0%} of the steps; the interval by Welch's t. Machine: {summary['machine']}.\n\n"
+        f"| env | budget | seeds | {summary['anchor']} | {summary['project']} | difference [95% interval] |\n"
+        f"|---|---|---|---|---|---|\n"
+        f"| {summary['env_id']} | {summary['total_timesteps']:,} | {len(summary['seeds'])} + {len(summary['seeds'])} | "
+        f"{m['anchor']:.1f} | {m['project']:.1f} | {summary['difference']:+.1f} [{summary['low']:+.1f}, "
+        f"{summary['high']:+.1f}] |\n\n{summary['sentence']}\n"
+        + (f"\nThe cause found: {summary['why']}\n" if summary.get("why") else "")
+        + (f"\nA difference that stays: {summary['note']}.\n" if summary["note"] else "")
+        + "\nCommands (seed " + str(summary["seeds"][0]) + "):\n\n"
+        + "".join(f"    python {shlex.join(summary['commands'][side])}\n" for side in ("anchor", "project")))
+
+
+def main(argv=None):
+    opts, comp, bench = parse(argv)
+    root = opts.out / opts.comparison
+    if not opts.report_only:
+        root.mkdir(parents=True, exist_ok=True)
+        run_all(opts, comp, bench, root)
+    summary, curves = report(opts, comp, bench, root)
+    if opts.publish is not None and not summary["indistinguishable"] and opts.why is None:
+        print(f"{summary['sentence']}\ndocs_results.py: not published: find the cause of the difference first, then "
+              f"publish with --why", file=sys.stderr)
+        raise SystemExit(1)
+    if opts.why:
+        summary["why"] = opts.why
+    write_report(summary, curves, root)
+    print((root / "summary.md").read_text())
+    if opts.publish is not None:
+        target = opts.publish / opts.comparison
+        target.mkdir(parents=True, exist_ok=True)
+        for name in ("final_returns.csv", "curves.csv.gz", "curves.png", "summary.json", "summary.md"):
+            shutil.copy(root / name, target / name)
+        print(f"published to {target}")
+
+
+if __name__ == "__main__":
+    main()
