@@ -1,4 +1,6 @@
-"""Stand-in for PureJaxRL's ppo.py: make_train(config) returns a function of a PRNG key, as the original's."""
+"""Stand-in for PureJaxRL's ppo.py: make_train(config) returns a function of a PRNG key, as the original's, whose
+result holds metrics shaped as the original's traj_batch.info (iterations x steps x envs): returned_episode (an
+episode ended there) and returned_episode_returns (its return), here known numbers."""
 import json
 
 import jax
@@ -13,6 +15,9 @@ def make_train(config):
         json.dump(config, f)
 
     def train(rng):
-        return {"metrics": identity(jnp.arange(num_updates)) + jax.random.uniform(rng)}
+        shape = (num_updates, config["NUM_STEPS"], config["NUM_ENVS"])
+        count = jnp.arange(num_updates * config["NUM_STEPS"] * config["NUM_ENVS"]).reshape(shape)
+        returns = identity(count.astype(jnp.float32)) + jax.random.uniform(rng)
+        return {"metrics": {"returned_episode": count % 7 == 3, "returned_episode_returns": returns}}
 
     return train

@@ -1,0 +1,95 @@
+"""benchmark/docs_results.py, a script's learning curve beside its anchor's: on the stand-in PureJaxRL checkout
+(tests/reference_stand_in, known returns) and the real ppo_ewma_jax.py, the driver's per-iteration means, the final
+returns as benchmark/analyze.py reads them, Welch's interval and its sentence, resume, publishing only with a cause
+when the interval excludes zero, and bad input before any run."""
+import csv
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from benchmark import docs_results
+from benchmark.common import ROOT
+from helpers import assert_bad_input
+
+STAND_IN = ROOT / "tests" / "reference_stand_in"
+TINY = ["--seeds", "1", "2", "--total-timesteps", "2048"]  # CartPole, 4 envs x 128 steps: 4 iterations
+
+
+def docs_results_cli(*args, cwd):
+    return subprocess.run([sys.executable, str(ROOT / "benchmark" / "docs_results.py"), *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.25, 1.0])
+def test_final_return_is_analyzes(fraction):
+    """The mean over the points at or after max - fraction x (max - min) of the steps, as benchmark/events.py's."""
+    steps = np.array([512, 1024, 1536, 2048, 2560, 3072, 3584, 4096, 4608, 5120, 5632])
+    values = np.arange(len(steps), dtype=float) ** 2
+    cut = steps.max() - fraction * (steps.max() - steps.min())
+    assert docs_results.final_return(steps, values, fraction) == pytest.approx(values[steps >= cut].mean())
+    assert docs_results.final_return(steps, values, 0.1) == pytest.approx(values[-2:].mean())  # 5120, 5632
+
+
+def test_runs_both_sides_reads_and_publishes_only_with_a_cause(tmp_path, fast_compile):
+    out, pub = tmp_path / "out", tmp_path / "pub"
+    result = docs_results_cli("ppo_cartpole", "--reference", STAND_IN, "--out", out, *TINY, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    root = out / "ppo_cartpole"
+    # the driver: per iteration, the mean return of the episodes that ended in it, at the iteration's last step
+    for seed in (1, 2):
+        with open(root / "anchor" / f"seed_{seed}" / "returns.csv") as f:
+            rows = list(csv.DictReader(f))
+        count = np.arange(4 * 128 * 4).reshape(4, 128, 4)
+        assert [int(r["global_step"]) for r in rows] == [512, 1024, 1536, 2048]
+        for i, row in enumerate(rows):
+            ended = count[i] % 7 == 3
+            offset = float(row["episodic_return"]) - count[i][ended].mean()
+            assert 0 <= offset < 1  # + the seed's uniform draw, the same at every point of a seed
+        config = json.loads((root / "anchor" / f"seed_{seed}" / "stand_in_config.json").read_text())
+        assert (config["NUM_ENVS"], config["NUM_STEPS"], config["TOTAL_TIMESTEPS"]) == (4, 128, 2048)
+        assert (root / "project" / f"seed_{seed}" / "done.json").exists()
+    summary = json.loads((root / "summary.json").read_text())
+    finals = {side: [summary["finals"][side][s] for s in ("1", "2")] for side in ("anchor", "project")}
+    assert finals["anchor"][0] == pytest.approx(np.mean(count[3][count[3] % 7 == 3]), abs=1)  # the last 10%: one point
+    ci = scipy.stats.ttest_ind(finals["project"], finals["anchor"], equal_var=False).confidence_interval(0.95)
+    assert (summary["low"], summary["high"]) == pytest.approx((ci.low, ci.high))
+    # the stand-in's returns are in the thousands: the interval excludes zero, and nothing is published without a cause
+    assert not summary["indistinguishable"] and summary["sentence"].startswith("Not indistinguishable")
+    again = docs_results_cli("ppo_cartpole", "--out", out, *TINY, "--report-only", "--publish", pub, cwd=tmp_path)
+    assert again.returncode == 1 and "not published" in again.stderr and not pub.exists()
+    # run again: nothing to run (done.json), and published with the cause, which the summary states
+    again = docs_results_cli("ppo_cartpole", "--reference", STAND_IN, "--out", out, *TINY, "--publish", pub, "--why",
+                             "the stand-in's returns are made up", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 runs to go of 4" in again.stdout
+    assert sorted(p.name for p in (pub / "ppo_cartpole").iterdir()) == sorted(
+        ["curves.csv.gz", "curves.png", "final_returns.csv", "summary.json", "summary.md"])
+    assert "The cause found: the stand-in's returns are made up" in (pub / "ppo_cartpole" / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("flags, text", [
+    (["--seeds", "1"], "--seeds must name at least 2 seeds"),
+    (["--seeds", "1", "1"], "--seeds must not repeat"),
+    (["--seeds", "-1", "2"], "--seeds must lie in"),
+    (["--total-timesteps", "1000"], "--total-timesteps must be a positive multiple of num_envs x num_steps = 512"),
+    (["--total-timesteps", "0"], "--total-timesteps must be a positive multiple"),
+    (["--total-timesteps", str(2**31)], "below 2**31"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--why", "because"], "--why is read only with --publish"),
+    (["--publish", "p", "--why", " "], "--why must state the cause"),
+    (["--reference", "nowhere"], "--reference nowhere has no purejaxrl/ppo.py"),
+    ([], "--reference is needed to run"),
+])
+def test_bad_input_stops_before_any_run(tmp_path, flags, text):
+    result = docs_results_cli("ppo_cartpole", "--out", tmp_path / "out", *flags, cwd=tmp_path)
+    assert_bad_input(result, tmp_path, text)
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_only_names_the_missing_runs(tmp_path):
+    result = docs_results_cli("ppo_cartpole", "--out", tmp_path, "--report-only", *TINY, cwd=tmp_path)
+    assert_bad_input(result, tmp_path, "runs not finished: anchor seed 1, anchor seed 2, project seed 1")
