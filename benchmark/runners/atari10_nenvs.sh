@@ -13,8 +13,9 @@
 # seeds 11-15 (1-5 until the game changed, fixed before the runs on 11-15), 1M steps per run; CleanRL's Atari PPO settings (lr 2.5e-4 annealed,
 # gamma 0.99, lambda 0.95, 4 epochs x 4 minibatches, clip 0.1, entropy 0.01) with an MLP of 2 x 128 ReLU units in
 # place of the Nature CNN (ReLU as the paper's networks: a tanh unit is seldom dormant); fixed_batch 8 x 128, 16 x 64,
-# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. Its time on 2 CPU cores is not measured with a log kept
-# (its one whole run, Intel Xeon, 2026-11-28, ran beside a stray process that took about a third of the machine).
+# 32 x 32; grow 8, 16, 32 envs x 128 and 8 envs x 256, 512. Its time on 2 CPU cores is not measured alone: 44.2 minutes
+# from an empty store on seeds 11-15, beside other work (benchmark/results/cpu_2026-12-02/atari10_nenvs_small_seeds_11-15.log;
+# fixed_batch launches one config at a time, one process, so it uses one core); an upper bound.
 # Until 2026-11-28: 2 x 256 units, about 97 minutes on 2 CPU cores (AMD EPYC, 2026-11-27, partly beside other work; no
 # log kept), over the hour a claim may take.
 # Until 2026-11-27: 3 seeds, tanh units.
