@@ -27,6 +27,7 @@ summary.json and summary.md (settings, commands, machine, the table row and the 
 import argparse
 import csv
 import gzip
+import hashlib
 import json
 import os
 import shlex
@@ -34,6 +35,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -52,7 +54,7 @@ TAG = "charts/episodic_return"
 # PureJaxRL's ppo.py run for its learning curve: vs_reference's config, and per iteration the mean return of the
 # episodes that ended in it (ppo.py's own DEBUG callback prints each of them; this writes their mean, as the
 # project's JAX scripts log charts/episodic_return)
-PUREJAXRL_LEARNING_DRIVER = '''"""docs_results.py's driver for PureJaxRL's ppo.py: its __main__ config, sizes from argv, DEBUG off."""
+PUREJAXRL_LEARNING_DRIVER = '''"""docs_results.py's driver for PureJaxRL's __MODULE__.py: its __main__ config, sizes from argv, DEBUG off."""
 import csv
 import json
 import sys
@@ -60,7 +62,7 @@ import sys
 import jax
 import numpy as np
 
-import ppo
+import __MODULE__ as ppo
 
 config = __CONFIG__
 config.update(json.loads(sys.argv[1]))
@@ -75,6 +77,20 @@ with open("returns.csv", "w", newline="") as f:
         if ended[i].any():
             writer.writerow([(i + 1) * batch, float(returns[i][ended[i]].mean())])
 '''
+
+
+# PureJaxRL's ppo_continuous_action.py __main__ config, DEBUG off (its Brax tasks; hopper by default)
+PUREJAXRL_CONTINUOUS_CONFIG = {"LR": 3e-4, "NUM_ENVS": 2048, "NUM_STEPS": 10, "TOTAL_TIMESTEPS": 5e7, "UPDATE_EPOCHS": 4,
+                               "NUM_MINIBATCHES": 32, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.0,
+                               "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "hopper",
+                               "ANNEAL_LR": False, "NORMALIZE_ENV": True, "DEBUG": False}
+# its wrappers.py imports navix at the top for a wrapper it does not use (not installed); Brax it keeps (its Brax wrapper)
+PUREJAXRL_CONTINUOUS_WRAPPER_EDITS = [("import navix as nx\n", "", True)]
+# ppo_ewma_brax.py's defaults are that config (lr 3e-4 constant, 4 epochs, clip 0.2, entropy 0, 256 x 2 tanh MLPs,
+# observations and rewards normalised, Brax's positional backend, 1000-step episodes)
+BRAX_BENCH = vs_reference.Bench("purejaxrl/ppo_continuous_action.py", "ppo_ewma_brax", "hopper", 2048, 10, 0,
+                                num_minibatches=32)
+BENCHES = {**vs_reference.BENCHES, "ppo_continuous_brax": BRAX_BENCH}
 
 
 @dataclass
@@ -97,6 +113,11 @@ COMPARISONS = {
                                list(range(1, 11)),
                                note="PureJaxRL anneals the learning rate once an iteration, ppo_ewma_jax.py after every "
                                     "minibatch step"),
+    # PureJaxRL's ppo_continuous_action.py __main__ config against ppo_ewma_brax.py's defaults (the same) on Brax's
+    # inverted_pendulum (cheap on a CPU; its return is the steps the pole stays up, at most 1000), 64 envs (for 2048)
+    # x 10 steps, 4 epochs x 32 minibatches as PureJaxRL's, 199,680 steps (312 iterations), seeds 1-5
+    "ppo_brax": Comparison("ppo_continuous_brax", "PureJaxRL ppo_continuous_action.py", "inverted_pendulum", 64, 10,
+                           199_680, list(range(1, 6))),
     # the same two scripts and hyper-parameters on a MinAtar game that leaves its floor within 1M steps here
     # (SpaceInvaders: Breakout-MinAtar sat at a floor in benchmark/reproduce.md's claims 7-10), 999,424 steps
     # (1,952 iterations of 512), seeds 1-5
@@ -167,11 +188,15 @@ def parse(argv=None):
         fail("--why must state the cause found (got an empty string)")
     if opts.why is not None and opts.publish is None:
         fail("--why is read only with --publish")
-    if opts.out.exists() and not opts.out.is_dir():
-        fail(f"--out {opts.out} is a file, not a folder")
-    if opts.publish is not None and opts.publish.exists() and not opts.publish.is_dir():
-        fail(f"--publish {opts.publish} is a file, not a folder")
-    bench = vs_reference.BENCHES[comp.bench]
+    for flag, path in (("--out", opts.out), ("--publish", opts.publish)):
+        if path is None:
+            continue
+        for place in [path / opts.comparison, path, *path.parents]:  # the first that exists must be a folder
+            if place.exists():
+                if not place.is_dir():
+                    fail(f"{flag} {path}: {place} is a file, not a folder")
+                break
+    bench = BENCHES[comp.bench]
     if not opts.report_only:
         if opts.reference is None:
             fail("--reference is needed to run (the anchor's checkout); --report-only reads finished runs")
@@ -186,13 +211,17 @@ def commands(opts, comp, bench, seed, reference_file):
     sizes = SimpleNamespace(env_id=comp.env_id, num_envs=comp.num_envs, num_steps=comp.num_steps, seed=seed,
                             total_timesteps=opts.total_timesteps, steady=False, obs_norm_init=1)
     reference, project = vs_reference.commands(bench, sizes, reference_file)
-    if bench.reference.startswith("purejaxrl/"):
-        reference[0] = "docs_results_driver.py"
     return {"anchor": reference, "project": project + comp.extra_project_flags}
 
 
+def source_hashes(directory):
+    """{file name: sha256} of the files a side runs (the script, and for PureJaxRL its wrappers and the driver)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(directory).iterdir()) if p.is_file()}
+
+
 def run_one(side, seed, argv, source, folder):
-    """Train one side's seed in a fresh `folder` (a copy of `source`'s files); done.json when it ends."""
+    """Train one side's seed in a fresh `folder` (a copy of `source`'s files); done.json when it ends, with the argv
+    and the hashes of the files that trained it (a later command checks both before it reuses the run)."""
     if folder.exists():
         shutil.rmtree(folder)  # a stopped run starts over
     shutil.copytree(source, folder)
@@ -202,30 +231,55 @@ def run_one(side, seed, argv, source, folder):
         process = subprocess.Popen([sys.executable, *argv], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)  # our signal handler stops it, not the terminal's Ctrl-C
         RUNNING.add(process)
+        if STOPPED:  # a signal came while it was starting: the handler did not see it
+            process.terminate()
         code = process.wait()
         RUNNING.discard(process)
     if code:
         raise RuntimeError(f"{side} seed {seed} (`python {' '.join(argv)}` in {folder}) exited {code}; its log: "
                            f"{folder / 'stdout.log'}")
-    (folder / "done.json").write_text(json.dumps({"side": side, "seed": seed, "argv": argv,
-                                                  "seconds": time.perf_counter() - start}))
+    (folder / "done.json").write_text(json.dumps({"side": side, "seed": seed, "argv": argv, "sources":
+                                                  source_hashes(source), "seconds": time.perf_counter() - start}))
 
 
-RUNNING = set()
+RUNNING, STOPPED = set(), []  # the processes in flight; the signals received
+
+
+def prepare_anchor(bench, reference, directory):
+    """Write the anchor's edited copy into `directory`: the file to run. A CleanRL script is edited as
+    vs_reference.py edits it; PureJaxRL's gets the learning driver beside it. ValueError: an edit found nothing."""
+    if bench.reference == "purejaxrl/ppo_continuous_action.py":
+        shutil.copy(reference / bench.reference, directory)
+        wrappers = reference / "purejaxrl" / "wrappers.py"
+        edited = vs_reference.apply_edits(wrappers.read_text(), PUREJAXRL_CONTINUOUS_WRAPPER_EDITS, wrappers)
+        (directory / "wrappers.py").write_text(edited)
+        module, config = "ppo_continuous_action", PUREJAXRL_CONTINUOUS_CONFIG
+    else:
+        name = vs_reference.prepare_reference(bench, reference, directory)  # PureJaxRL's ppo.py as ppo.py
+        if not bench.reference.startswith("purejaxrl/"):
+            return name
+        module, config = "ppo", vs_reference.PUREJAXRL_CONFIG
+    (directory / "docs_results_driver.py").write_text(
+        PUREJAXRL_LEARNING_DRIVER.replace("__CONFIG__", repr(config)).replace("__MODULE__", module))
+    return "docs_results_driver.py"
 
 
 def run_all(opts, comp, bench, root):
     """Every missing run, the sides taking turns (anchor, project, then project, anchor: drift falls on both)."""
-    sources = root / "sources"
-    if sources.exists():
+    sources = Path(tempfile.mkdtemp(prefix="docs_results_"))  # prepared first: a checkout that does not edit writes nothing
+    (sources / "anchor").mkdir()
+    try:
+        reference_file = prepare_anchor(bench, opts.reference.resolve(), sources / "anchor")
+    except ValueError as e:
         shutil.rmtree(sources)
-    (sources / "anchor").mkdir(parents=True)
-    reference_file = vs_reference.prepare_reference(bench, opts.reference.resolve(), sources / "anchor")
-    if bench.reference.startswith("purejaxrl/"):
-        (sources / "anchor" / "docs_results_driver.py").write_text(
-            PUREJAXRL_LEARNING_DRIVER.replace("__CONFIG__", repr(vs_reference.PUREJAXRL_CONFIG)))
+        fail(str(e))
     (sources / "project").mkdir()
     shutil.copy(SCRIPTS / f"{bench.project}.py", sources / "project")
+    root.mkdir(parents=True, exist_ok=True)
+    if (root / "sources").exists():
+        shutil.rmtree(root / "sources")
+    sources = Path(shutil.move(sources, root / "sources"))
+    hashes = {side: source_hashes(sources / side) for side in ("anchor", "project")}
     todo = []
     for i, seed in enumerate(opts.seeds):
         argvs = commands(opts, comp, bench, seed, reference_file)
@@ -233,8 +287,14 @@ def run_all(opts, comp, bench, root):
             folder = root / side / f"seed_{seed}"
             if not (folder / "done.json").exists():
                 todo.append((side, seed, argvs[side], sources / side, folder))
+                continue
+            done = json.loads((folder / "done.json").read_text())
+            if done["argv"] != argvs[side] or done.get("sources") != hashes[side]:
+                what = "flags" if done["argv"] != argvs[side] else "script files"
+                fail(f"--out {opts.out}: {side} seed {seed} was trained with other {what} than this command's; "
+                     f"use another --out (or remove {folder})")
     print(f"{opts.comparison}: {len(todo)} runs to go of {2 * len(opts.seeds)}", flush=True)
-    stopped = []
+    stopped = STOPPED
 
     def stop(signum, frame):
         if stopped:  # a second signal: abort now
@@ -245,25 +305,29 @@ def run_all(opts, comp, bench, root):
         for process in list(RUNNING):
             process.terminate()
 
-    for name in ("SIGINT", "SIGTERM", "SIGUSR1"):
-        signal.signal(getattr(signal, name), stop)
+    names = ("SIGINT", "SIGTERM", "SIGUSR1")
+    previous = {name: signal.signal(getattr(signal, name), stop) for name in names}
     from tqdm import tqdm
 
-    with ThreadPoolExecutor(opts.workers) as pool, tqdm(total=len(todo), unit="run") as bar:
-        futures = []
-        for job in todo:
-            futures.append(pool.submit(lambda job=job: None if stopped else run_one(*job)))
-        errors = []
-        for future, job in zip(futures, todo):
-            try:
-                future.result()
-                if not stopped:
-                    steps, values = read_curve(job[4])
-                    bar.set_postfix(last=f"{job[0]} seed {job[1]}: {final_return(steps, values):.1f}")
-            except RuntimeError as e:
-                if not stopped:
-                    errors.append(str(e))
-            bar.update(1)
+    try:
+        with ThreadPoolExecutor(opts.workers) as pool, tqdm(total=len(todo), unit="run") as bar:
+            futures = []
+            for job in todo:
+                futures.append(pool.submit(lambda job=job: None if stopped else run_one(*job)))
+            errors = []
+            for future, job in zip(futures, todo):
+                try:
+                    future.result()
+                    if not stopped:
+                        steps, values = read_curve(job[4])
+                        bar.set_postfix(last=f"{job[0]} seed {job[1]}: {final_return(steps, values):.1f}")
+                except (RuntimeError, OSError, ValueError) as e:  # the report names a run that logged nothing
+                    if not stopped:
+                        errors.append(str(e))
+                bar.update(1)
+    finally:
+        for name in names:  # the report after the runs is not stopped by a late signal's handler
+            signal.signal(getattr(signal, name), previous[name])
     if stopped:
         print(f"docs_results.py: stopped by {stopped[0]}; finished runs are kept: run the same command again to "
               f"resume ({sum((root / s / f'seed_{seed}' / 'done.json').exists() for s in ('anchor', 'project') for seed in opts.seeds)} "
@@ -284,26 +348,42 @@ def report(opts, comp, bench, root):
             if not (folder / "done.json").exists():
                 missing.append(f"{side} seed {seed}")
                 continue
+            argv = json.loads((folder / "done.json").read_text())["argv"]
+            if argv != commands(opts, comp, bench, seed, argv[0])[side]:
+                fail(f"--out {opts.out}: {side} seed {seed} was trained with other flags than this command's "
+                     f"({' '.join(argv)})")
             curves.setdefault(side, {})[seed] = read_curve(folder)
     if missing:
         fail(f"--out {root}: runs not finished: {', '.join(missing)} (run without --report-only)")
     finals = {side: {seed: final_return(*c) for seed, c in runs.items()} for side, runs in curves.items()}
     s = t_stats(list(finals["project"].values()), list(finals["anchor"].values()), 0.95, paired=False)
     mean = {side: float(np.mean(list(v.values()))) for side, v in finals.items()}
-    within = max(abs(s.low), abs(s.high))
-    if s.low <= 0 <= s.high:
+    n = len(opts.seeds)
+    if s.no_interval:  # no spread on either side: every seed of a side ended at one value (a ceiling, say)
+        same = s.estimate == 0
+        low = high = within = float(s.estimate)
+        sentence = (f"{'Indistinguishable' if same else 'Not indistinguishable'} at this budget: every seed of each side "
+                    f"ended at the same final return ({comp.anchor} {mean['anchor']:g}, this project "
+                    f"{mean['project']:g}; {n} seeds a side), so there is no interval.")
+        indistinguishable = bool(same)
+    else:
+        low, high, within = float(s.low), float(s.high), max(abs(s.low), abs(s.high))
+        indistinguishable = bool(low <= 0 <= high)
+    share = f"{100 * within / abs(mean['anchor']):.0f}% of {comp.anchor}'s mean; " if mean["anchor"] else ""
+    if s.no_interval:
+        pass
+    elif indistinguishable:
         sentence = (f"Indistinguishable at this budget: this project's final return minus {comp.anchor}'s is "
-                    f"{s.estimate:+.1f} [{s.low:+.1f}, {s.high:+.1f}], so a true difference, if any, lies within "
-                    f"±{within:.1f} ({100 * within / abs(mean['anchor']):.0f}% of {comp.anchor}'s mean; 95%, "
-                    f"{len(opts.seeds)} seeds a side).")
+                    f"{s.estimate:+.1f} [{low:+.1f}, {high:+.1f}], so a true difference, if any, lies within "
+                    f"±{within:.1f} ({share}95%, {n} seeds a side).")
     else:
         sentence = (f"Not indistinguishable: this project's final return minus {comp.anchor}'s is {s.estimate:+.1f} "
-                    f"[{s.low:+.1f}, {s.high:+.1f}] (95%, {len(opts.seeds)} seeds a side).")
+                    f"[{low:+.1f}, {high:+.1f}] (95%, {n} seeds a side).")
     summary = {"comparison": opts.comparison, "anchor": comp.anchor, "project": f"{bench.project}.py",
                "env_id": comp.env_id, "num_envs": comp.num_envs, "num_steps": comp.num_steps,
                "total_timesteps": opts.total_timesteps, "seeds": opts.seeds, "final_fraction": FINAL_FRACTION,
-               "mean": mean, "difference": s.estimate, "low": s.low, "high": s.high, "within": within,
-               "indistinguishable": bool(s.low <= 0 <= s.high), "sentence": sentence, "note": comp.note,
+               "mean": mean, "difference": float(s.estimate), "low": low, "high": high, "within": within,
+               "indistinguishable": indistinguishable, "sentence": sentence, "note": comp.note,
                "finals": {side: {str(k): v for k, v in f.items()} for side, f in finals.items()},
                "commands": {side: json.loads((root / side / f"seed_{opts.seeds[0]}" / "done.json").read_text())["argv"]
                             for side in ("anchor", "project")},
@@ -378,9 +458,12 @@ def main(argv=None):
     opts, comp, bench = parse(argv)
     root = opts.out / opts.comparison
     if not opts.report_only:
-        root.mkdir(parents=True, exist_ok=True)
         run_all(opts, comp, bench, root)
     summary, curves = report(opts, comp, bench, root)
+    if opts.why is not None and summary["indistinguishable"]:
+        print(f"{summary['sentence']}\ndocs_results.py: not published: --why names the cause of a difference, and this "
+              f"result shows none (publish without --why)", file=sys.stderr)
+        raise SystemExit(1)
     if opts.publish is not None and not summary["indistinguishable"] and opts.why is None:
         print(f"{summary['sentence']}\ndocs_results.py: not published: find the cause of the difference first, then "
               f"publish with --why", file=sys.stderr)

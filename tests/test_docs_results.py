@@ -4,8 +4,10 @@ returns as benchmark/analyze.py reads them, Welch's interval and its sentence, r
 when the interval excludes zero, and bad input before any run."""
 import csv
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -36,9 +38,23 @@ def test_final_return_is_analyzes(fraction):
 
 def test_runs_both_sides_reads_and_publishes_only_with_a_cause(tmp_path, fast_compile):
     out, pub = tmp_path / "out", tmp_path / "pub"
+    root = out / "ppo_cartpole"
+    # a SIGTERM while the project's first run trains: it stops, the finished anchor run is kept, one line says resume
+    argv = [sys.executable, str(ROOT / "benchmark" / "docs_results.py"), "ppo_cartpole", "--reference", str(STAND_IN),
+            "--out", str(out), *TINY]
+    process = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (root / "project" / "seed_1" / "stdout.log").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGTERM)
+    stopped = time.time()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 75 and "stopped by SIGTERM" in err and "run the same command again" in err, err[-3000:]
+    assert time.time() - stopped < 30
+    assert (root / "anchor" / "seed_1" / "done.json").exists() and not (root / "project" / "seed_1" / "done.json").exists()
     result = docs_results_cli("ppo_cartpole", "--reference", STAND_IN, "--out", out, *TINY, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    root = out / "ppo_cartpole"
+    assert "3 runs to go of 4" in result.stdout
     # the driver: per iteration, the mean return of the episodes that ended in it, at the iteration's last step
     for seed in (1, 2):
         with open(root / "anchor" / f"seed_{seed}" / "returns.csv") as f:
@@ -82,9 +98,11 @@ def test_runs_both_sides_reads_and_publishes_only_with_a_cause(tmp_path, fast_co
     (["--why", "because"], "--why is read only with --publish"),
     (["--publish", "p", "--why", " "], "--why must state the cause"),
     (["--reference", "nowhere"], "--reference nowhere has no purejaxrl/ppo.py"),
+    (["--publish", "afile/pub"], "afile is a file, not a folder"),
     ([], "--reference is needed to run"),
 ])
 def test_bad_input_stops_before_any_run(tmp_path, flags, text):
+    (tmp_path / "afile").write_text("")
     result = docs_results_cli("ppo_cartpole", "--out", tmp_path / "out", *flags, cwd=tmp_path)
     assert_bad_input(result, tmp_path, text)
     assert not (tmp_path / "out").exists()
@@ -93,3 +111,66 @@ def test_bad_input_stops_before_any_run(tmp_path, flags, text):
 def test_report_only_names_the_missing_runs(tmp_path):
     result = docs_results_cli("ppo_cartpole", "--out", tmp_path, "--report-only", *TINY, cwd=tmp_path)
     assert_bad_input(result, tmp_path, "runs not finished: anchor seed 1, anchor seed 2, project seed 1")
+
+
+def test_the_continuous_anchor_keeps_brax_and_runs_its_own_config(tmp_path):
+    """PureJaxRL's ppo_continuous_action.py: its wrappers keep Brax (its Brax wrapper) and lose navix; the driver runs
+    it with its own __main__ config, the sizes given, and writes the per-iteration means of the ended episodes."""
+    bench = docs_results.BENCHES["ppo_continuous_brax"]
+    name = docs_results.prepare_anchor(bench, STAND_IN, tmp_path)
+    wrappers = (tmp_path / "wrappers.py").read_text()
+    assert "import navix" not in wrappers and "from brax import envs\n" in wrappers
+    sizes = {"ENV_NAME": "inverted_pendulum", "NUM_ENVS": 4, "NUM_STEPS": 10, "TOTAL_TIMESTEPS": 120,
+             "NUM_MINIBATCHES": 4, "UPDATE_EPOCHS": 4}
+    result = subprocess.run([sys.executable, name, json.dumps(sizes), "3"], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = json.loads((tmp_path / "stand_in_config.json").read_text())
+    assert {k: config[k] for k in sizes} == sizes
+    assert (config["LR"], config["ENT_COEF"], config["NORMALIZE_ENV"], config["ANNEAL_LR"], config["DEBUG"]) == \
+        (3e-4, 0.0, True, False, False)
+    with open(tmp_path / "returns.csv") as f:
+        rows = list(csv.DictReader(f))
+    count = np.arange(3 * 10 * 4).reshape(3, 10, 4)
+    assert [int(r["global_step"]) for r in rows] == [40, 80, 120]
+    for i, row in enumerate(rows):
+        assert 0 <= float(row["episodic_return"]) - count[i][count[i] % 5 == 1].mean() < 1
+
+
+def fabricated(root, comp, finals, seeds=(1, 2, 3)):
+    """Finished runs of both sides at `comp`'s settings whose curves end at the given per-seed final returns (a
+    returns.csv each, as the PureJaxRL driver writes), for the report's arithmetic."""
+    opts = type("Opts", (), {"total_timesteps": docs_results.COMPARISONS[comp].total_timesteps})()
+    c, bench = docs_results.COMPARISONS[comp], docs_results.BENCHES[docs_results.COMPARISONS[comp].bench]
+    for side, values in finals.items():
+        for seed, value in zip(seeds, values):
+            folder = root / comp / side / f"seed_{seed}"
+            folder.mkdir(parents=True)
+            first = "docs_results_driver.py" if side == "anchor" else "ppo_ewma_jax.py"
+            argv = docs_results.commands(opts, c, bench, seed, first)[side]
+            (folder / "done.json").write_text(json.dumps({"argv": argv, "seconds": 1.0}))
+            (folder / "returns.csv").write_text(f"global_step,episodic_return\n512,0\n{opts.total_timesteps},{value}\n")
+
+
+@pytest.mark.parametrize("finals, word", [
+    ({"anchor": [500, 500, 500], "project": [500, 500, 500]}, "Indistinguishable at this budget: every seed"),
+    ({"anchor": [500, 500, 500], "project": [499, 499, 499]}, "Not indistinguishable at this budget: every seed"),
+    ({"anchor": [0, 0, 0], "project": [-1, 0, 1]}, "Indistinguishable at this budget: this project's final return"),
+])
+def test_no_spread_and_a_zero_mean_give_a_true_sentence(tmp_path, finals, word):
+    fabricated(tmp_path, "ppo_cartpole", finals)
+    result = docs_results_cli("ppo_cartpole", "--out", tmp_path, "--report-only", "--seeds", "1", "2", "3", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "ppo_cartpole" / "summary.json").read_text())  # valid JSON: no NaN
+    assert summary["sentence"].startswith(word)
+    assert summary["indistinguishable"] == word.startswith("Indistinguishable")
+
+
+def test_a_cause_for_no_difference_and_other_settings_are_refused(tmp_path):
+    fabricated(tmp_path, "ppo_cartpole", {"anchor": [490, 495, 500], "project": [492, 497, 499]})
+    seeds = ["--seeds", "1", "2", "3"]
+    result = docs_results_cli("ppo_cartpole", "--out", tmp_path, "--report-only", *seeds, "--publish", tmp_path / "pub",
+                              "--why", "none", cwd=tmp_path)
+    assert result.returncode == 1 and "shows none" in result.stderr and not (tmp_path / "pub").exists()
+    result = docs_results_cli("ppo_cartpole", "--out", tmp_path, "--report-only", *seeds, "--total-timesteps", "51200",
+                              cwd=tmp_path)
+    assert result.returncode == 2 and "was trained with other flags than this command's" in result.stderr
