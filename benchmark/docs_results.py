@@ -383,7 +383,8 @@ def report(opts, comp, bench, root):
                "env_id": comp.env_id, "num_envs": comp.num_envs, "num_steps": comp.num_steps,
                "total_timesteps": opts.total_timesteps, "seeds": opts.seeds, "final_fraction": FINAL_FRACTION,
                "mean": mean, "difference": float(s.estimate), "low": low, "high": high, "within": within,
-               "indistinguishable": indistinguishable, "sentence": sentence, "note": comp.note,
+               "indistinguishable": indistinguishable, "no_interval": bool(s.no_interval), "sentence": sentence,
+               "note": comp.note,
                "finals": {side: {str(k): v for k, v in f.items()} for side, f in finals.items()},
                "commands": {side: json.loads((root / side / f"seed_{opts.seeds[0]}" / "done.json").read_text())["argv"]
                             for side in ("anchor", "project")},
@@ -446,8 +447,10 @@ def write_report(summary, curves, root):
         f"| env | budget | seeds | {summary['anchor']} | {summary['project']} | difference [95% interval] |\n"
         f"|---|---|---|---|---|---|\n"
         f"| {summary['env_id']} | {summary['total_timesteps']:,} | {len(summary['seeds'])} + {len(summary['seeds'])} | "
-        f"{m['anchor']:.1f} | {m['project']:.1f} | {summary['difference']:+.1f} [{summary['low']:+.1f}, "
-        f"{summary['high']:+.1f}] |\n\n{summary['sentence']}\n"
+        f"{m['anchor']:.1f} | {m['project']:.1f} | {summary['difference']:+.1f} "
+        + ("(no interval: no spread over the seeds)" if summary.get("no_interval") else
+           f"[{summary['low']:+.1f}, {summary['high']:+.1f}]")
+        + f" |\n\n{summary['sentence']}\n"
         + (f"\nThe cause found: {summary['why']}\n" if summary.get("why") else "")
         + (f"\nA difference that stays: {summary['note']}.\n" if summary["note"] else "")
         + "\nCommands (seed " + str(summary["seeds"][0]) + "):\n\n"

@@ -163,6 +163,8 @@ def test_no_spread_and_a_zero_mean_give_a_true_sentence(tmp_path, finals, word):
     summary = json.loads((tmp_path / "ppo_cartpole" / "summary.json").read_text())  # valid JSON: no NaN
     assert summary["sentence"].startswith(word)
     assert summary["indistinguishable"] == word.startswith("Indistinguishable")
+    row = (tmp_path / "ppo_cartpole" / "summary.md").read_text()
+    assert ("(no interval: no spread over the seeds)" in row) == ("every seed" in word)  # no zero-width interval shown
 
 
 def test_a_cause_for_no_difference_and_other_settings_are_refused(tmp_path):
