@@ -176,3 +176,19 @@ def test_a_cause_for_no_difference_and_other_settings_are_refused(tmp_path):
     result = docs_results_cli("ppo_cartpole", "--out", tmp_path, "--report-only", *seeds, "--total-timesteps", "51200",
                               cwd=tmp_path)
     assert result.returncode == 2 and "was trained with other flags than this command's" in result.stderr
+
+
+def test_a_cleanrl_anchor_runs_edited_and_is_read_from_its_event_files(tmp_path):
+    """CleanRL's side (the stand-in, edited as vs_reference.py edits it) and ppo_atari_envpool.py, 2 iterations of
+    8 x 128 on Breakout: both sides' charts/episodic_return read from their TensorBoard files, at the same flags."""
+    out = tmp_path / "out"
+    result = docs_results_cli("ppo_atari", "--reference", STAND_IN, "--out", out, "--seeds", "1", "2",
+                              "--total-timesteps", "2048", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "ppo_atari" / "summary.json").read_text())
+    assert summary["commands"]["anchor"][0] == "ppo_atari_envpool.py"
+    assert summary["commands"]["anchor"][1:] == summary["commands"]["project"][1:]  # the same flags on both sides
+    for side in ("anchor", "project"):
+        for seed in (1, 2):
+            steps, values = docs_results.read_curve(out / "ppo_atari" / side / f"seed_{seed}")
+            assert len(steps) >= 1 and steps.max() <= 2048 and np.all(values >= 0)

@@ -1,5 +1,6 @@
 """Stand-in for CleanRL's ppo_atari_envpool.py in tests/test_vs_reference.py: random actions, the old gym API; a
-TensorBoard point charts/SPS at the end of every iteration of num_envs x num_steps steps, as the script logs it."""
+TensorBoard point charts/SPS at the end of every iteration of num_envs x num_steps steps, and charts/episodic_return
+at the end of every episode, as the script logs them."""
 import os
 import time
 from dataclasses import dataclass
@@ -54,9 +55,14 @@ if __name__ == "__main__":
     envs.reset()
     rng = np.random.default_rng(args.seed)
     writer, start = SummaryWriter(f"runs/{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"), time.time()
+    returns = np.zeros(args.num_envs)
     for _ in range(args.total_timesteps // (args.num_envs * args.num_steps)):
         for _ in range(args.num_steps):
-            envs.step(rng.integers(0, envs.single_action_space.n, size=args.num_envs))
+            _, rewards, dones, _ = envs.step(rng.integers(0, envs.single_action_space.n, size=args.num_envs))
+            returns += rewards
+            for idx in np.flatnonzero(dones):  # an episode's return when it ends, as the script logs it
+                writer.add_scalar("charts/episodic_return", returns[idx], envs.steps)
+                returns[idx] = 0.0
         writer.add_scalar("charts/SPS", envs.steps / (time.time() - start), envs.steps)
     writer.close()
     print(f"stand-in: {envs.steps} steps")
