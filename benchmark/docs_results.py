@@ -119,8 +119,9 @@ COMPARISONS = {
     "ppo_brax": Comparison("ppo_continuous_brax", "PureJaxRL ppo_continuous_action.py", "inverted_pendulum", 64, 10,
                            199_680, list(range(1, 6))),
     # CleanRL's ppo_atari_envpool.py at its defaults (Breakout-v5, 8 envs x 128 steps, 4 x 4 minibatches) against
-    # ppo_atari_envpool.py at the same flags, 409,600 steps (400 iterations; about 20 minutes a run on 2 CPU cores),
-    # seeds 1-3. Not run yet
+    # ppo_atari_envpool.py at the same flags, 409,600 steps (400 iterations), seeds 1-3. Not run yet: CleanRL's side
+    # started at 132 steps/s on one thread of a 2-core Intel Xeon (about 52 minutes a run), so the budget may need cutting
+    # before the first run
     "ppo_atari": Comparison("ppo_atari", "CleanRL ppo_atari_envpool.py", "Breakout-v5", 8, 128, 409_600, [1, 2, 3]),
     # the same two scripts and hyper-parameters on a MinAtar game that leaves its floor within 1M steps here
     # (SpaceInvaders: Breakout-MinAtar sat at a floor in benchmark/reproduce.md's claims 7-10), 999,424 steps
