@@ -46,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, for benchmark.*
 from benchmark.common import SCRIPTS, describe_machine, read_tensorboard_run, run_dirs  # noqa: E402
+from benchmark.events import final_score  # noqa: E402
 from benchmark.speed import vs_reference  # noqa: E402
 
 FINAL_FRACTION = 0.1  # benchmark/analyze.py's --final-fraction default
@@ -140,10 +141,8 @@ def fail(message):
 
 
 def final_return(steps, values, fraction=FINAL_FRACTION):
-    """The mean of the values logged over the last `fraction` of the steps (benchmark/events.py's summarise_run)."""
-    steps, values = np.asarray(steps, np.float64), np.asarray(values, np.float64)
-    cut = steps.max() - fraction * (steps.max() - steps.min())
-    return float(values[steps >= cut].mean())
+    """The mean of the values logged over the last `fraction` of the steps, as benchmark/analyze.py reads a grid."""
+    return final_score(steps, values, fraction)
 
 
 def read_curve(run_dir):

@@ -347,6 +347,14 @@ def downsample(steps, values, points):
     return (np.bincount(bins, steps, points)[used] / count[used], np.bincount(bins, values, points)[used] / count[used])
 
 
+def final_score(steps, values, fraction):
+    """A run's final score: the mean of the values logged over the last `fraction` of its steps (analyze.py's
+    --final-fraction)."""
+    steps, values = np.asarray(steps, np.float64), np.asarray(values, np.float64)
+    cut = steps.max() - fraction * (steps.max() - steps.min())
+    return float(values[steps >= cut].mean())
+
+
 def summarise_run(task):
     """Everything the report needs of one run (a worker's job): (run directory, command, per sub-run its final and best
     score, median DDR and downsampled curves, (bytes read, values of the wanted tags read), why it cannot be read or
@@ -368,8 +376,7 @@ def summarise_run(task):
             at = np.argsort(clock[0], kind="stable")
             clock = (clock[0][at], clock[1][at])
         steps, values = found[tag]
-        cut = steps.max() - opts["final_fraction"] * (steps.max() - steps.min())
-        entry = {"final": float(values[steps >= cut].mean()), "best": float(values.max()),
+        entry = {"final": final_score(steps, values, opts["final_fraction"]), "best": float(values.max()),
                  "ddr": float(np.median(found["charts/ddr"][1])) if "charts/ddr" in found else np.nan,
                  "last_step": int(steps.max()), "curves": {}}
         for name, (s, v) in found.items():
