@@ -120,10 +120,10 @@ COMPARISONS = {
     "ppo_brax": Comparison("ppo_continuous_brax", "PureJaxRL ppo_continuous_action.py", "inverted_pendulum", 64, 10,
                            199_680, list(range(1, 6))),
     # CleanRL's ppo_atari_envpool.py at its defaults (Breakout-v5, 8 envs x 128 steps, 4 x 4 minibatches) against
-    # ppo_atari_envpool.py at the same flags, 409,600 steps (400 iterations), seeds 1-3. Not run yet: CleanRL's side
-    # started at 132 steps/s on one thread of a 2-core Intel Xeon (about 52 minutes a run), so the budget may need cutting
-    # before the first run
-    "ppo_atari": Comparison("ppo_atari", "CleanRL ppo_atari_envpool.py", "Breakout-v5", 8, 128, 409_600, [1, 2, 3]),
+    # ppo_atari_envpool.py at the same flags, 204,800 steps (200 iterations, 819,200 frames), seeds 1-3. The budget is
+    # what fits about two hours of a 2-core CPU: CleanRL's side runs at about 132 steps/s on one thread of an Intel Xeon
+    # (about 26 minutes a run, two runs at once)
+    "ppo_atari": Comparison("ppo_atari", "CleanRL ppo_atari_envpool.py", "Breakout-v5", 8, 128, 204_800, [1, 2, 3]),
     # the same two scripts and hyper-parameters on a MinAtar game that leaves its floor within 1M steps here
     # (SpaceInvaders: Breakout-MinAtar sat at a floor in benchmark/reproduce.md's claims 7-10), 999,424 steps
     # (1,952 iterations of 512), seeds 1-5
