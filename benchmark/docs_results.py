@@ -91,7 +91,14 @@ PUREJAXRL_CONTINUOUS_WRAPPER_EDITS = [("import navix as nx\n", "", True)]
 # observations and rewards normalised, Brax's positional backend, 1000-step episodes)
 BRAX_BENCH = vs_reference.Bench("purejaxrl/ppo_continuous_action.py", "ppo_ewma_brax", "hopper", 2048, 10, 0,
                                 num_minibatches=32)
-BENCHES = {**vs_reference.BENCHES, "ppo_continuous_brax": BRAX_BENCH}
+# CleanRL's ppo_procgen.py (gym 0.23's procgen, CleanRL's defaults: 8 minibatches x 3 epochs) against
+# ppo_procgen_envpool.py (envpool's procgen: the same games, levels and IMPALA network). It runs as CleanRL wrote it on
+# gym 0.23.1 and procgen, which the project's environment does not have: --anchor-path names a folder that does,
+# prepended to the anchor's PYTHONPATH (pip install --no-deps --target FOLDER gym==0.23.1 gym-notices gym3 cffi
+# pycparser procgen-mirror==0.10.7: procgen's own wheels stop at Python 3.10)
+PROCGEN_BENCH = vs_reference.Bench("cleanrl/ppo_procgen.py", "ppo_procgen_envpool", "StarpilotEasy-v0", 64, 256, 0,
+                                   num_minibatches=8, update_epochs=3)
+BENCHES = {**vs_reference.BENCHES, "ppo_continuous_brax": BRAX_BENCH, "ppo_procgen": PROCGEN_BENCH}
 
 
 @dataclass
@@ -105,6 +112,9 @@ class Comparison:
     seeds: list
     extra_project_flags: list = field(default_factory=list)
     note: str = ""  # a difference between the two sides that stays
+    anchor_env_id: str = ""  # the anchor's name for the env, where it differs
+    obs_norm_init: int = 1  # iterations of random steps before training (the RND scripts' observation statistics)
+    anchor_needs: str = ""  # packages the anchor needs that the project's environment lacks: --anchor-path has them
 
 
 COMPARISONS = {
@@ -131,6 +141,28 @@ COMPARISONS = {
                               list(range(1, 6)),
                               note="PureJaxRL anneals the learning rate once an iteration, ppo_ewma_jax.py after every "
                                    "minibatch step"),
+    # The three below are fixed before any of their runs; their CPU rates are not measured. Where the runs of both sides
+    # end below twice the game's random score (they did not leave the floor), the result is published as found and
+    # saying so, and the fallback named is run as a new comparison beside it.
+    # CleanRL's pqn_atari_envpool.py at its defaults (Breakout-v5, 8 x 128, 4 x 4 minibatches, lambda 0.65, epsilon
+    # 1 -> 0.01 over the first 10% of the steps, RAdam) against pqn_atari.py with --optimizer radam (its default is
+    # Adam), 204,800 steps, seeds 1-3, as ppo_atari. Fallback: Phoenix-v5
+    "pqn_atari": Comparison("pqn_atari", "CleanRL pqn_atari_envpool.py", "Breakout-v5", 8, 128, 204_800, [1, 2, 3]),
+    # CleanRL's ppo_rnd_envpool.py against ppo_rnd.py with --vf-coef 0.5 (its default is 1.0), on Phoenix-v5 (an
+    # Atari-10 game with a dense reward: Montezuma's Revenge, CleanRL's default, scores 0 for millions of steps), 8 envs x
+    # 128 steps (CleanRL's 128 envs is 16,384 steps an iteration), 5 iterations of random warm-up (CleanRL's 50 at 128
+    # envs), 204,800 steps, seeds 1-3. Fallback: Qbert-v5
+    "ppo_rnd": Comparison("ppo_rnd", "CleanRL ppo_rnd_envpool.py", "Phoenix-v5", 8, 128, 204_800, [1, 2, 3],
+                          obs_norm_init=5,
+                          note="CleanRL's RND script always ends an episode at a lost life for training (envpool's "
+                               "episodic_life=True, no flag), ppo_rnd.py never (Burda et al.'s setting); both report "
+                               "whole-game returns"),
+    # CleanRL's ppo_procgen.py at its defaults (starpilot, easy, all levels, lr 5e-4, gamma 0.999, 8 minibatches x 3
+    # epochs) against ppo_procgen_envpool.py at the same flags, 16 envs x 256 steps (CleanRL's 64: four times the batch of
+    # a CPU iteration), 163,840 steps (40 iterations), seeds 1-3. Fallback: BigfishEasy-v0 / bigfish
+    "ppo_procgen": Comparison("ppo_procgen", "CleanRL ppo_procgen.py", "StarpilotEasy-v0", 16, 256, 163_840, [1, 2, 3],
+                              anchor_env_id="starpilot", anchor_needs="gym 0.23.1 and procgen",
+                              note="CleanRL's side steps gym 0.23's procgen, ours envpool's port of the same games"),
 }
 
 
@@ -168,21 +200,34 @@ def parse(argv=None):
     parser.add_argument("--out", type=Path, default=Path("grids/docs_results"), help="where the runs and the report go")
     parser.add_argument("--seeds", type=int, nargs="+", help="default: the comparison's")
     parser.add_argument("--total-timesteps", type=int, help="default: the comparison's")
+    parser.add_argument("--num-envs", type=int, help="default: the comparison's (both sides)")
+    parser.add_argument("--num-steps", type=int, help="default: the comparison's (both sides)")
+    parser.add_argument("--anchor-path", type=Path, help="a folder prepended to the anchor's PYTHONPATH: the packages "
+                        "it needs that this project's environment lacks (ppo_procgen: gym 0.23.1 and procgen)")
+    parser.add_argument("--dry-run", action="store_true", help="print the runs still to do, run nothing")
     parser.add_argument("--workers", type=int, default=1, help="runs at once")
     parser.add_argument("--report-only", action="store_true", help="read the finished runs, run nothing")
     parser.add_argument("--publish", type=Path, help="copy the report and every run's curve to this folder")
     parser.add_argument("--why", help="with --publish: the cause found of a difference whose interval excludes zero")
     opts = parser.parse_args(argv)
     comp = COMPARISONS[opts.comparison]
+    bench = BENCHES[comp.bench]
     opts.seeds = comp.seeds if opts.seeds is None else opts.seeds
     opts.total_timesteps = comp.total_timesteps if opts.total_timesteps is None else opts.total_timesteps
+    for name in ("num_envs", "num_steps"):
+        if getattr(opts, name) is None:
+            setattr(opts, name, getattr(comp, name))
+        elif not 1 <= getattr(opts, name) < 2**31:
+            fail(f"--{name.replace('_', '-')} must lie in [1, 2**31), got {getattr(opts, name)}")
     if any(s < 0 or s >= 2**31 for s in opts.seeds):
         fail(f"--seeds must lie in [0, 2**31), got {opts.seeds}")
     if len(set(opts.seeds)) != len(opts.seeds):
         fail(f"--seeds must not repeat a seed, got {opts.seeds}")
     if len(opts.seeds) < 2:
         fail(f"--seeds must name at least 2 seeds (an interval over the seeds), got {opts.seeds}")
-    batch = comp.num_envs * comp.num_steps
+    batch = opts.num_envs * opts.num_steps
+    if batch % bench.num_minibatches:
+        fail(f"--num-envs x --num-steps = {batch} must divide into the comparison's {bench.num_minibatches} minibatches")
     if opts.total_timesteps < batch or opts.total_timesteps % batch or opts.total_timesteps >= 2**31:
         fail(f"--total-timesteps must be a positive multiple of num_envs x num_steps = {batch} below 2**31 (both "
              f"sides then train exactly that many steps), got {opts.total_timesteps}")
@@ -200,8 +245,12 @@ def parse(argv=None):
                 if not place.is_dir():
                     fail(f"{flag} {path}: {place} is a file, not a folder")
                 break
-    bench = BENCHES[comp.bench]
-    if not opts.report_only:
+    if opts.anchor_path is not None and not opts.anchor_path.is_dir():
+        fail(f"--anchor-path {opts.anchor_path}: not a folder")
+    if not opts.report_only and not opts.dry_run:
+        if comp.anchor_needs and opts.anchor_path is None:
+            fail(f"--anchor-path is needed by {opts.comparison}: {comp.anchor} needs {comp.anchor_needs}, which this "
+                 f"environment lacks (the pip command: the comparison's comment in {Path(__file__).name})")
         if opts.reference is None:
             fail("--reference is needed to run (the anchor's checkout); --report-only reads finished runs")
         for needed in [bench.reference] + (["purejaxrl/wrappers.py"] if bench.reference.startswith("purejaxrl/") else []):
@@ -212,9 +261,11 @@ def parse(argv=None):
 
 def commands(opts, comp, bench, seed, reference_file):
     """{side: argv} of one seed: the anchor and the project at the same settings."""
-    sizes = SimpleNamespace(env_id=comp.env_id, num_envs=comp.num_envs, num_steps=comp.num_steps, seed=seed,
-                            total_timesteps=opts.total_timesteps, steady=False, obs_norm_init=1)
+    sizes = SimpleNamespace(env_id=comp.env_id, num_envs=opts.num_envs, num_steps=opts.num_steps, seed=seed,
+                            total_timesteps=opts.total_timesteps, steady=False, obs_norm_init=comp.obs_norm_init)
     reference, project = vs_reference.commands(bench, sizes, reference_file)
+    if comp.anchor_env_id:
+        reference[reference.index("--env-id") + 1] = comp.anchor_env_id
     return {"anchor": reference, "project": project + comp.extra_project_flags}
 
 
@@ -223,13 +274,15 @@ def source_hashes(directory):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(directory).iterdir()) if p.is_file()}
 
 
-def run_one(side, seed, argv, source, folder):
+def run_one(side, seed, argv, source, folder, pythonpath=None):
     """Train one side's seed in a fresh `folder` (a copy of `source`'s files); done.json when it ends, with the argv
     and the hashes of the files that trained it (a later command checks both before it reuses the run)."""
     if folder.exists():
         shutil.rmtree(folder)  # a stopped run starts over
     shutil.copytree(source, folder)
     env = dict(os.environ, PYTHONUNBUFFERED="1", WANDB_MODE="disabled")
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])])
     start = time.perf_counter()
     with open(folder / "stdout.log", "w") as log:
         process = subprocess.Popen([sys.executable, *argv], cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -268,6 +321,23 @@ def prepare_anchor(bench, reference, directory):
     return "docs_results_driver.py"
 
 
+def anchor_file(bench):
+    """The name of the file the anchor's side runs (its script, or the PureJaxRL driver)."""
+    return "docs_results_driver.py" if bench.reference.startswith("purejaxrl/") else Path(bench.reference).name
+
+
+def dry_run(opts, comp, bench, root):
+    """Print the runs still to do, one `(cd FOLDER && python ARGV)` line each, and run nothing."""
+    todo = [(side, seed) for seed in opts.seeds for side in ("anchor", "project")
+            if not (root / side / f"seed_{seed}" / "done.json").exists()]
+    print(f"{opts.comparison}: {len(todo)} runs to go of {2 * len(opts.seeds)}")
+    for side, seed in todo:
+        argv = commands(opts, comp, bench, seed, anchor_file(bench))[side]
+        where = shlex.quote(str(opts.anchor_path)) if opts.anchor_path else "$ANCHOR_PATH"
+        path = f"PYTHONPATH={where} " if side == "anchor" and comp.anchor_needs else ""
+        print(f"(cd {shlex.quote(str(root / side / f'seed_{seed}'))} && {path}python {shlex.join(argv)})")
+
+
 def run_all(opts, comp, bench, root):
     """Every missing run, the sides taking turns (anchor, project, then project, anchor: drift falls on both)."""
     sources = Path(tempfile.mkdtemp(prefix="docs_results_"))  # prepared first: a checkout that does not edit writes nothing
@@ -290,7 +360,8 @@ def run_all(opts, comp, bench, root):
         for side in (("anchor", "project") if i % 2 == 0 else ("project", "anchor")):
             folder = root / side / f"seed_{seed}"
             if not (folder / "done.json").exists():
-                todo.append((side, seed, argvs[side], sources / side, folder))
+                todo.append((side, seed, argvs[side], sources / side, folder,
+                             opts.anchor_path.resolve() if side == "anchor" and opts.anchor_path else None))
                 continue
             done = json.loads((folder / "done.json").read_text())
             if done["argv"] != argvs[side] or done.get("sources") != hashes[side]:
@@ -384,7 +455,7 @@ def report(opts, comp, bench, root):
         sentence = (f"Not indistinguishable: this project's final return minus {comp.anchor}'s is {s.estimate:+.1f} "
                     f"[{low:+.1f}, {high:+.1f}] (95%, {n} seeds a side).")
     summary = {"comparison": opts.comparison, "anchor": comp.anchor, "project": f"{bench.project}.py",
-               "env_id": comp.env_id, "num_envs": comp.num_envs, "num_steps": comp.num_steps,
+               "env_id": comp.env_id, "num_envs": opts.num_envs, "num_steps": opts.num_steps,
                "total_timesteps": opts.total_timesteps, "seeds": opts.seeds, "final_fraction": FINAL_FRACTION,
                "mean": mean, "difference": float(s.estimate), "low": low, "high": high, "within": within,
                "indistinguishable": indistinguishable, "no_interval": bool(s.no_interval), "sentence": sentence,
@@ -464,6 +535,8 @@ def write_report(summary, curves, root):
 def main(argv=None):
     opts, comp, bench = parse(argv)
     root = opts.out / opts.comparison
+    if opts.dry_run:
+        return dry_run(opts, comp, bench, root)
     if not opts.report_only:
         run_all(opts, comp, bench, root)
     summary, curves = report(opts, comp, bench, root)

@@ -100,6 +100,12 @@ def test_runs_both_sides_reads_and_publishes_only_with_a_cause(tmp_path, fast_co
     (["--reference", "nowhere"], "--reference nowhere has no purejaxrl/ppo.py"),
     (["--publish", "afile/pub"], "afile is a file, not a folder"),
     ([], "--reference is needed to run"),
+    (["--num-envs", "0"], "--num-envs must lie in [1, 2**31), got 0"),
+    (["--num-steps", "-128"], "--num-steps must lie in [1, 2**31), got -128"),
+    (["--num-envs", "3", "--num-steps", "1", "--total-timesteps", "3"],
+     "--num-envs x --num-steps = 3 must divide into the comparison's 4 minibatches"),
+    (["--num-envs", str(2**16), "--num-steps", str(2**16)], "below 2**31"),
+    (["--anchor-path", "afile"], "--anchor-path afile: not a folder"),
 ])
 def test_bad_input_stops_before_any_run(tmp_path, flags, text):
     (tmp_path / "afile").write_text("")
@@ -139,8 +145,8 @@ def test_the_continuous_anchor_keeps_brax_and_runs_its_own_config(tmp_path):
 def fabricated(root, comp, finals, seeds=(1, 2, 3)):
     """Finished runs of both sides at `comp`'s settings whose curves end at the given per-seed final returns (a
     returns.csv each, as the PureJaxRL driver writes), for the report's arithmetic."""
-    opts = type("Opts", (), {"total_timesteps": docs_results.COMPARISONS[comp].total_timesteps})()
     c, bench = docs_results.COMPARISONS[comp], docs_results.BENCHES[docs_results.COMPARISONS[comp].bench]
+    opts = type("Opts", (), {"total_timesteps": c.total_timesteps, "num_envs": c.num_envs, "num_steps": c.num_steps})()
     for side, values in finals.items():
         for seed, value in zip(seeds, values):
             folder = root / comp / side / f"seed_{seed}"
@@ -192,3 +198,45 @@ def test_a_cleanrl_anchor_runs_edited_and_is_read_from_its_event_files(tmp_path)
         for seed in (1, 2):
             steps, values = docs_results.read_curve(out / "ppo_atari" / side / f"seed_{seed}")
             assert len(steps) >= 1 and steps.max() <= 2048 and np.all(values >= 0)
+
+
+def test_procgen_needs_its_anchor_path_before_any_run(tmp_path):
+    """CleanRL's ppo_procgen.py needs gym 0.23.1 and procgen, which the project's environment lacks: without
+    --anchor-path the command says so and runs nothing."""
+    result = docs_results_cli("ppo_procgen", "--reference", STAND_IN, "--out", tmp_path / "out", cwd=tmp_path)
+    assert_bad_input(result, tmp_path, "--anchor-path is needed by ppo_procgen: CleanRL ppo_procgen.py needs gym 0.23.1 "
+                                       "and procgen")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dry_run_lists_the_runs_to_go_with_each_sides_flags(tmp_path):
+    """--dry-run prints one `(cd FOLDER && python ARGV)` line per run still to do (a finished one is left out), the
+    anchor's env under its own name and with --anchor-path on its PYTHONPATH, and writes nothing."""
+    fabricated(tmp_path, "ppo_cartpole", {"anchor": [490], "project": [492]}, seeds=(1,))
+    result = docs_results_cli("ppo_cartpole", "--out", tmp_path, "--dry-run", "--seeds", "1", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = [line for line in result.stdout.splitlines() if line.startswith("(cd ")]
+    assert "ppo_cartpole: 2 runs to go of 4" in result.stdout and len(lines) == 2
+    assert all("/seed_2 && python " in line for line in lines)
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    result = docs_results_cli("ppo_procgen", "--out", tmp_path / "out", "--dry-run", "--anchor-path", overlay,
+                              "--num-envs", "64", "--total-timesteps", str(64 * 256), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    anchor, project = [line for line in result.stdout.splitlines() if "/seed_1 && " in line]
+    assert f"PYTHONPATH={overlay} python ppo_procgen.py --env-id starpilot --num-envs 64 " in anchor
+    assert "python ppo_procgen_envpool.py --env-id StarpilotEasy-v0 --num-envs 64 " in project
+    assert anchor.split("--num-envs")[1] == project.split("--num-envs")[1]  # the same flags after the env's name
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_anchor_path_leads_the_anchors_pythonpath(tmp_path):
+    """run_one puts --anchor-path first on the process's PYTHONPATH (the packages found there win over the project's)."""
+    source, overlay = tmp_path / "source", tmp_path / "overlay"
+    source.mkdir(), overlay.mkdir()
+    (overlay / "json.py").write_text("OVERLAID = True\n")  # shadows the standard library's json in that process
+    (source / "probe.py").write_text("import json, sys\nopen('probe.txt', 'w').write(str(getattr(json, 'OVERLAID', False)))\n")
+    docs_results.run_one("anchor", 1, ["probe.py"], source, tmp_path / "run", pythonpath=overlay)
+    assert (tmp_path / "run" / "probe.txt").read_text() == "True"
+    docs_results.run_one("project", 1, ["probe.py"], source, tmp_path / "run2")
+    assert (tmp_path / "run2" / "probe.txt").read_text() == "False"

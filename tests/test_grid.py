@@ -690,6 +690,8 @@ RUNNER_GRIDS = {
     # brax_nenvs: 3 tasks x 5 seeds x (4 fixed-batch configs, 2 more N_envs and 2 longer rollouts than the shared 2048 x 10)
     "brax_nenvs.sh": 3 * 5 * (4 + 2 + 2),
     "stag_fig10_brax.sh": 2 * 5 * 2 * 2,  # Ant, Humanoid x 5 seeds x 2 N_envs x minibatch 4 N_envs or 16,384
+    # docs_results: both sides of CartPole (10 seeds), MinAtar and Brax (5), 4 CleanRL comparisons (3); SFL and DR x 3
+    "docs_results.sh": 2 * (10 + 5 + 5 + 4 * 3) + 2 * 3,
 }
 
 
@@ -733,10 +735,12 @@ def test_runners_pass_the_flags_their_design_needs(dry_runs, runner, flag):
 SMALL_GRIDS = {"atari10_nenvs.sh": 5 * 7, "atari10_epochs.sh": 5 * 4,  # SpaceInvaders alone (minatar_pilot.sh)
                "noisy_sgd.sh": 10 * (1 + 2),
                "com_eps.sh": 2 * 5, "stag_fig5b_eps.sh": 2 * 5, "stag_fig3a_resume.sh": 2 * 5, "recipes.sh": 5 * (1 + 2),
-               "ddr_budgets.sh": 2 * 3 * 5}
+               "ddr_budgets.sh": 2 * 3 * 5,
+               "docs_results.sh": 2 * (10 + 5 + 5 + 4 * 3)}  # no SFL at small (GPU-sized)
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5,  # COM 32, eps 0.1
                                                 "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
-                                                "atari10_epochs.sh": 2 * 10 * 6}}
+                                                "atari10_epochs.sh": 2 * 10 * 6,
+                                                "docs_results.sh": 2 * (10 + 5 + 5 + 4 * 3) + 2 * 3}}
 # the packs a scale's times assume (their number, and what each pack's header line matches)
 PACKS = {("gpu", "com_eps.sh"): (3, r"# seeds 1\.\.5 in one process"),
          ("gpu", "atari10_nenvs.sh"): (2 * 7, r"# seeds 1\.\.10 in one process"),
@@ -762,7 +766,10 @@ def test_reduced_scale_grids(tmp_path, scale, runner):
     if (scale, runner) in PACKS:  # SCALE=gpu's sizes assume its packs: one process per config of 5 (10) seeds
         packs = {line for line in result.stdout.splitlines() if line.startswith("# seeds ")}
         assert len(packs) == PACKS[scale, runner][0] and all(re.match(PACKS[scale, runner][1], p) for p in packs), packs
-    if runner != "noisy_sgd.sh":
+    if runner == "docs_results.sh":  # each comparison's own task; the CleanRL ones at CleanRL's budgets on a GPU
+        budgets = {int(b) for b in re.findall(r"--total-timesteps (\d+)", "\n".join(lines))}
+        assert (9_999_360 in budgets) == (scale == "gpu") and (204_800 in budgets) == (scale == "small")
+    elif runner != "noisy_sgd.sh":
         kind = "atari" if runner.startswith("atari10") else "coverage" if runner.startswith("coverage") else "stag"
         task = REDUCED_TASK.get((scale, kind), REDUCED_TASK[scale, "atari"])
         assert all(re.search(task, line) for line in lines)
