@@ -16,7 +16,8 @@
 # domain randomisation is not run at this scale (Kinetix compiles and steps slowly on a CPU): SCALE=gpu.
 # SCALE=gpu and paper, on one GPU: the PureJaxRL comparisons as at small (they take minutes on a CPU); the CleanRL
 # ones at the budgets of CleanRL's own benchmarks, 3 seeds: Atari 10M steps (9,999,360 trained: CleanRL floors to whole
-# iterations), Procgen 25M at CleanRL's 64 envs, RND on Phoenix at CleanRL's 128 envs, 10M; SFL beside domain
+# iterations), Procgen 25M at CleanRL's 64 envs, RND on Phoenix at CleanRL's 128 envs, 10M (this
+# project's budget: CleanRL's RND benchmark is MontezumaRevenge at 2e9); SFL beside domain
 # randomisation on Kinetix size s at Table 3's 2048-env preset, 3 seeds, 1e9 steps a run (this project's choice,
 # not sized from a measured rate). SMOKE: 2 seeds of 2 iterations each.
 source "$(dirname "$0")/common.sh"
