@@ -141,7 +141,8 @@ COMPARISONS = {
                               list(range(1, 6)),
                               note="PureJaxRL anneals the learning rate once an iteration, ppo_ewma_jax.py after every "
                                    "minibatch step"),
-    # The three below are fixed before any of their runs; their CPU rates are not measured. Where the runs of both sides
+    # The three below are fixed before any of their runs (pqn_atari then took 93 minutes on 2 cores, two runs at a time;
+    # the CPU rates of the other two are not measured). Where the runs of both sides
     # end below twice the game's random score (they did not leave the floor), the result is published as found and
     # saying so, and the fallback named is run as a new comparison beside it.
     # CleanRL's pqn_atari_envpool.py at its defaults (Breakout-v5, 8 x 128, 4 x 4 minibatches, lambda 0.65, epsilon
