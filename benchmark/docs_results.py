@@ -313,13 +313,13 @@ def prepare_anchor(bench, reference, directory):
         (directory / "wrappers.py").write_text(edited)
         module, config = "ppo_continuous_action", PUREJAXRL_CONTINUOUS_CONFIG
     else:
-        name = vs_reference.prepare_reference(bench, reference, directory)  # PureJaxRL's ppo.py as ppo.py
+        vs_reference.prepare_reference(bench, reference, directory)  # PureJaxRL's ppo.py as ppo.py
         if not bench.reference.startswith("purejaxrl/"):
-            return name
+            return anchor_file(bench)
         module, config = "ppo", vs_reference.PUREJAXRL_CONFIG
     (directory / "docs_results_driver.py").write_text(
         PUREJAXRL_LEARNING_DRIVER.replace("__CONFIG__", repr(config)).replace("__MODULE__", module))
-    return "docs_results_driver.py"
+    return anchor_file(bench)
 
 
 def anchor_file(bench):
