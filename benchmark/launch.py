@@ -45,7 +45,7 @@ the script resolves it for that run's env, recipes, presets and suite defaults i
 gradient steps); neither: the script's own budget.
 
 Local runs (--workers K) each get a 1/K share of the CPUs (affinity and thread-count variables)
-and, when CUDA_VISIBLE_DEVICES lists GPUs, one of them; runs that share a GPU get
+and, when CUDA_VISIBLE_DEVICES lists GPUs, one of them (--gpus-per-run G: G of them); runs that share a GPU get
 XLA_PYTHON_CLIENT_PREALLOCATE=false unless the environment sets JAX's memory already. --slurm submits the runs as a Slurm job
 array through submitit (--slurm-* flags; --no-wait returns once submitted, and a later launch leaves a run that
 an earlier one's job still holds, as squeue lists it, to that job); it needs Slurm's sbatch on PATH (else it is
@@ -160,27 +160,28 @@ def parse_args(script, argv):
         fail(f"{script}.py rejects `{' '.join(argv)}`: {reason}")
 
 
-def batch_size(script, args):
+def batch_size(script, args, devices=0):
     """The batch of `args` as the script resolves it: read from a copy at a budget of at least one batch whose count of
     iterations the script accepts (a budget too large for a small batch breaks a rule of its own, e.g. optax's int32
     step count; a bad flag is reported as the first budget finds it)."""
     budgets = (2**31 - 1, 2**20)
     for budget in budgets:
-        probe = resolved_copy(script, dataclasses.replace(args, total_timesteps=budget), strict=False)
+        probe = resolved_copy(script, dataclasses.replace(args, total_timesteps=budget), strict=False, devices=devices)
         if probe is not None:
             return probe.batch_size
-    resolved_copy(script, dataclasses.replace(args, total_timesteps=budgets[0]))  # fails, naming the rule
+    resolved_copy(script, dataclasses.replace(args, total_timesteps=budgets[0]), devices=devices)  # fails, naming the rule
 
 
-def resolved_copy(script, args, strict=True):
+def resolved_copy(script, args, strict=True, devices=0):
     """A copy of `args` through the script's own resolve_args (its bad-input rules); fail() with its message
-    (strict=False: None instead)."""
+    (strict=False: None instead). `devices`: the devices a run spans (--gpus-per-run), 0 where not known here."""
     module = script_module(script)
     probe = copy.deepcopy(args)
     try:
         if "num_devices" in inspect.signature(module.resolve_args).parameters:
-            # the device count of the machine that runs it is not known here: the rules that hold at every count
-            module.resolve_args(probe, num_devices=0)
+            # the device count of the machine that runs it, unless --gpus-per-run gives it, is not known here: the rules
+            # that hold at every count
+            module.resolve_args(probe, num_devices=devices)
         else:
             module.resolve_args(probe)
     except module.BadFlag as e:
@@ -249,6 +250,9 @@ def expand(opts, grid):
     valued = {f: values for f, values in grid.items() if values}
     switch_fields = {f.name for f in dataclasses.fields(cli_args(script_module(opts.script))) if f.type in (bool, "bool")}
     runs, parsed = [], {}
+    # the devices a run spans, where known here: --gpus-per-run's (local), or one per task of a run of several tasks
+    tasks = opts.slurm_nodes * opts.slurm_tasks_per_node
+    devices = opts.gpus_per_run if opts.gpus_per_run > 1 else tasks if opts.slurm and tasks > 1 else 0
     for values in itertools.product(*valued.values()):
         flags = dict(zip(valued, values))
         argv = [x for f, v in flags.items() for x in as_argv(f, v, switch_fields)] + switches
@@ -276,8 +280,8 @@ def expand(opts, grid):
                  f"seed {seed} is {'none of them' if held > 1 else 'another'}")
         as_run = dataclasses.replace(args, num_seeds=held, seed=first) if held > 1 else args
         if opts.iterations and not opts.fixed_budget and "total_timesteps" in fields:
-            args.total_timesteps = as_run.total_timesteps = opts.iterations * batch_size(opts.script, as_run)
-        probe = resolved_copy(opts.script, as_run)  # the script's own bad-input rules, for this env and seed
+            args.total_timesteps = as_run.total_timesteps = opts.iterations * batch_size(opts.script, as_run, devices)
+        probe = resolved_copy(opts.script, as_run, devices=devices)  # the script's own bad-input rules, for this env and seed
         if held > 1:
             probe.num_seeds, probe.seed = args.num_seeds, seed  # a run is one seed's; its pack's are the launcher's
         resolved, digest = identity(opts.script, probe)
@@ -679,16 +683,16 @@ class SlurmTask(submitit.helpers.Checkpointable):
         return submitit.helpers.DelayedSubmission(SlurmTask(), *args, **kwargs)
 
 
-def worker_resources(slot, workers):
-    """CPU share, thread variables and GPU of local worker `slot`."""
+def worker_resources(slot, workers, gpus_per_run=1):
+    """CPU share, thread variables and GPUs (`gpus_per_run` of them, consecutive) of local worker `slot`."""
     cpus = sorted(os.sched_getaffinity(0))
     share = cpus[slot::workers] or cpus
     threads = str(len(share))
     env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
     gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
     if gpus:
-        env["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
-    if workers > max(len(gpus), 1) and not {"XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"} & set(os.environ):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[(slot * gpus_per_run + i) % len(gpus)] for i in range(gpus_per_run))
+    if workers * gpus_per_run > max(len(gpus), 1) and not {"XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"} & set(os.environ):
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # runs share a GPU: JAX's first would take 75% of its memory
     return env, set(share)
 
@@ -775,7 +779,7 @@ def launch_local(todo, opts, stop=None):
         with lock:
             slot = slots.pop()
         try:
-            outcome.update(spread(run, attempt_with_retries(run, opts.store, opts.retries, *worker_resources(slot, opts.workers),
+            outcome.update(spread(run, attempt_with_retries(run, opts.store, opts.retries, *worker_resources(slot, opts.workers, opts.gpus_per_run),
                                                             attempt=attempt)))
         finally:
             with lock:
@@ -874,6 +878,9 @@ def build_parser():
                         help="give scripts that checkpoint --save-every N iterations, so a retry or a requeued job resumes "
                              "(not part of a run's identity; 0: the script's own default)")
     parser.add_argument("--workers", type=int, default=1, help="local runs at once")
+    parser.add_argument("--gpus-per-run", type=int, default=1,
+                        help="local runs: GPUs of CUDA_VISIBLE_DEVICES each run gets, consecutive (a script that splits its envs "
+                             "over every device it sees, ppo_ewma_jax and ppo_kinetix_sfl, then runs on them all)")
     parser.add_argument("--seeds-per-process", type=int, default=0,
                         help="scripts with --num-seeds (ppo_ewma_jax, ppo_ewma_brax): runs that differ only in consecutive seeds train "
                              "in one process, up to this many (0: up to 8 while the pack's batches stay within 262,144 "
@@ -924,7 +931,8 @@ def main(argv=None, command=None):
         fail("--fixed-budget and --iterations exclude each other")
     if opts.total_timesteps is not None and not opts.fixed_budget:
         fail("--total-timesteps is every run's budget only with --fixed-budget (or give --total-timesteps after --)")
-    for flag in ("workers", "slurm_time", "slurm_array_parallelism", "slurm_nodes", "slurm_tasks_per_node", "iterations"):
+    for flag in ("workers", "gpus_per_run", "slurm_time", "slurm_array_parallelism", "slurm_nodes", "slurm_tasks_per_node",
+                 "iterations"):
         if getattr(opts, flag) is not None and getattr(opts, flag) <= 0:
             fail(f"--{flag.replace('_', '-')} must be positive (got {getattr(opts, flag)})")
     for flag in ("retries", "save_every", "seeds_per_process"):
@@ -936,6 +944,11 @@ def main(argv=None, command=None):
             and shutil.which("sbatch") is None:  # else submitit's AutoExecutor would quietly run the runs here
         fail("--slurm: no Slurm here (no sbatch on PATH); --slurm-cluster local or debug runs the Slurm path on this "
              "machine, or leave out --slurm to run the runs here")
+    gpus = [g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
+    if opts.gpus_per_run > 1 and opts.slurm:
+        fail("--gpus-per-run: local runs only (on Slurm: --slurm-gpus, and --slurm-tasks-per-node for one process a GPU)")
+    if opts.gpus_per_run > 1 and opts.gpus_per_run > len(gpus) and not opts.dry_run:
+        fail(f"--gpus-per-run {opts.gpus_per_run}: CUDA_VISIBLE_DEVICES lists {len(gpus)} GPU(s)")
     if opts.slurm_nodes * opts.slurm_tasks_per_node > 1:
         if not opts.slurm:
             fail("--slurm-nodes/--slurm-tasks-per-node: a run of several processes is launched with --slurm")

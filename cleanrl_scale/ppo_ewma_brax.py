@@ -1114,10 +1114,11 @@ def fuse(update, operands=0):
     return fused
 
 
-def over_seeds(update, num_seeds, operands=0):
+def over_seeds(update, num_seeds, operands=0, over=None):
     """A fused update of one run over the seeds' leading axis (--num-seeds; one seed: the lone run's program itself),
     jitted, its runner donated: every scalar metric comes back in one (seeds, iterations, tags) array, one transfer a
-    call. Returns it and its tags, in that order (set when it is traced)."""
+    call. `over`: what makes the program of one device's share a program over all the devices (a jax.shard_map; None:
+    one device). Returns it and its tags, in that order (set when it is traced)."""
     tags = []
 
     def train_call(runner, *rest):
@@ -1130,13 +1131,13 @@ def over_seeds(update, num_seeds, operands=0):
         tags[:] = list(metrics)
         return runner, jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
 
-    return jax.jit(train_call, donate_argnums=0), tags
+    return jax.jit(over(train_call) if over else train_call, donate_argnums=0), tags
 
 
 def call_metrics(scalars, tags, measure, active):
     """A call's stacked metrics on the host, as Run.log takes them: per active iteration, each run's {tag: value}, the
     dynamics/ ones where measured. The call's own buffer whole: an indexing op would queue behind the running call."""
-    scalars = jax.device_get(ready(scalars))
+    scalars = host(scalars)
     return [[{tag: value for tag, value in zip(tags, scalars[s, i].tolist()) if measure[i] or not tag.startswith("dynamics/")}
              for s in range(len(scalars))] for i in np.flatnonzero(active)]
 
@@ -1176,9 +1177,14 @@ def ready(tree):
 
 
 def host(x):
-    """This process's copy of an array on one device or replicated on several (all of it; works across hosts, unlike
-    device_get), once computed (ready)."""
-    return np.asarray(ready(x).addressable_data(0)) if isinstance(x, jax.Array) else np.asarray(x)
+    """The whole of an array on the host, once computed (ready): of one on one device or replicated on several, this
+    process's copy (works across hosts, unlike device_get); of one split over the devices of several processes, gathered
+    from every process (a collective: every process calls it)."""
+    if not isinstance(x, jax.Array):
+        return np.asarray(x)
+    if ready(x).is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    return np.asarray(x) if x.is_fully_addressable else multihost_utils.process_allgather(x, tiled=True)
 
 
 def read_checkpoint(path):
@@ -1448,10 +1454,12 @@ class Run:
         """After the call: a checkpoint of state() if one is due (--save-every, the run's end, a stop), named for the
         resume line; then, where the call ended early, every process waits for the others (work of differing length)."""
         args, last = self.args, self.last
+        if self.due(args.save_every) or self.stopping:
+            state = jax.tree.map(host, state())  # on every process: a state split over several is gathered from each
         if (self.due(args.save_every) or self.stopping) and self.lead:
             os.makedirs(f"runs/{self.names[0]}/checkpoints", exist_ok=True)
             path = f"runs/{self.names[0]}/checkpoints/iter_{last}.npz"
-            save_checkpoint(path, state(), last, self.global_step, self.train_seconds + time.time() - self.start_time, args)
+            save_checkpoint(path, state, last, self.global_step, self.train_seconds + time.time() - self.start_time, args)
             self.stop.checkpoint = path  # named once written, before the older ones go: an abort names this one
             prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
         if self.pending is None:

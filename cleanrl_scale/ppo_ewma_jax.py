@@ -10,7 +10,10 @@
   `charts/solve_rate` over all of them; or any discrete-action gymnax env (continuous control: the Brax script);
 - §5 / App. D's scaling recipes; checkpoints that resume with a new COM or clip epsilon (Fig. 3a);
 - the data-collection paper's App. B metrics (feature rank, dormant %, weight norm, gradient kurtosis, ESS, policy
-  variance), as the torch scripts define them, inside the jitted update every --dynamics-every iterations.
+  variance), as the torch scripts define them, inside the jitted update every --dynamics-every iterations;
+- every visible device, and every process of a cluster with --distributed (the paper's >1M envs): `jax.shard_map`
+  splits the envs over the devices, each holding an equal share of every minibatch (--shuffle per-env), the gradients
+  and the advantages' statistics averaged over them: one run on D devices trains as one run on one device.
 PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of them scanned in
 one call; the host logs a call's metrics while the next call runs. Below the appendix line: the run's plumbing.
 """
@@ -36,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax.linen.initializers import constant, orthogonal
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 KL_CHUNK = 262_144  # states a forward pass of the KL after the update takes at most (its activations' memory)
 
@@ -129,12 +133,19 @@ class Args:
     """train seeds --seed, --seed + 1, ... in one vmapped program, as PureJaxRL vmaps `train`; each writes its own run,
     drawing the random numbers it would alone: only the floating-point order differs, so its numbers agree with the
     lone run's closely at first, then drift apart as two runs on different hardware do"""
+    # Devices (the envs split over every device of every process; the distributed flags: below, in the run's plumbing)
+    shuffle: str = "auto"
+    """how each epoch deals the batch into minibatches: `batch` shuffles the whole batch (PureJaxRL's; one device only);
+    `per-env` shuffles each env's steps and gives every env, so every device, an equal share of each minibatch, each env
+    drawing its actions and resets from its own random stream (Kinetix SFL's dealing: the same run on any number of
+    devices); auto: batch on one device, per-env on several"""
 
 
 # ---- Flag rules (the generic ones, and RunArgs' run flags: below, in the run's plumbing); what a checkpoint holds
 ENV_SIZES = ("s", "m", "l")
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 ITERATION = "iteration"  # what the logs call one rollout and update
+SHUFFLES = ("auto", "batch", "per-env")
 FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
     ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "num_morphologies",
                                            "hidden_size", "num_layers", "dynamics_batch", "num_seeds", "learning_rate",
@@ -146,10 +157,10 @@ FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
     ("must be 0 (no bound) or >= 1", lambda v: v == 0 or v >= 1, ("imp_samp_max",)),  # below 1: biased on-policy samples
     (f"must be one of {', '.join(ACTIVATIONS)}", lambda v: v in ACTIVATIONS, ("activation",)),
     (f"must be one of {', '.join(ENV_SIZES)}", lambda v: v in ENV_SIZES, ("env_size",)),
+    (f"must be one of {', '.join(SHUFFLES)}", lambda v: v in SHUFFLES, ("shuffle",)),
 )
-# RunArgs' run flags this script does not use: given, they are refused
-UNUSED_RUN_FLAGS = dict.fromkeys(("distributed", "coordinator_address", "num_processes", "process_id", "num_devices"),
-                                 "it trains on one device of one process")
+# RunArgs' run flags this script does not use: given, they are refused (it uses every one)
+UNUSED_RUN_FLAGS = {}
 # Kinetix locomotion's own flags, at their defaults: another env has no use for them, and refuses a value given
 LOCOMOTION_FLAGS = {"env_size": "m", "num_morphologies": 512, "eval_every": 10}
 # a checkpoint holds the runner state (parameters, optimiser, EWMA, envs, rng) and the morphologies, each seed's, with a
@@ -160,7 +171,16 @@ DROPPED_FLAGS = ("brax_backend", "brax_fresh_starts", "norm_obs", "norm_reward",
 
 
 def check_args(args, num_devices=None):
-    """The rules FLAG_RULES cannot say, and the computed fields (the appendix's resolve_args calls it)."""
+    """The rules FLAG_RULES cannot say, and the computed fields (the appendix's resolve_args calls it). `num_devices`: the
+    devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize, or in a
+    launcher that must not start a device backend: checked as one device, --shuffle auto left to the run)."""
+    args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
+    if args.shuffle == "auto" and num_devices != 0:  # (a count not known yet leaves it to the run)
+        args.shuffle = "batch" if args.num_devices == 1 else "per-env"
+    if args.shuffle == "batch" and args.num_devices > 1:
+        raise BadFlag(f"--shuffle batch deals the whole batch on one device: on {args.num_devices} devices use per-env (or auto)")
+    if args.num_envs % args.num_devices:
+        raise BadFlag(f"--num-envs {args.num_envs} must be divisible by the {args.num_devices} devices (each steps an equal share)")
     if args.env_id != "locomotion":
         if args.env_id not in gymnax.registered_envs:
             raise BadFlag(f"--env-id must be `locomotion` or a gymnax id such as CartPole-v1 (got {args.env_id!r}; Brax's "
@@ -175,6 +195,12 @@ def check_args(args, num_devices=None):
     if args.imp_samp_max is None:
         args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
     resolve_batch(args)
+    # per-env: each epoch deals the steps of blocks of M / gcd(M, T) envs out (minibatch_ids); a device holds whole blocks
+    m, t, local_envs = args.num_minibatches, args.num_steps, args.num_envs // args.num_devices
+    if args.shuffle == "per-env" and local_envs % (m // math.gcd(m, t)):
+        raise BadFlag(f"--shuffle per-env: the {local_envs} envs {'per device ' * (args.num_devices > 1)}must be a multiple of "
+                      f"--num-minibatches / gcd(--num-minibatches, --num-steps) = {m // math.gcd(m, t)} (the envs whose steps fill "
+                      "every minibatch equally)")
     if args.num_iterations * args.update_epochs * args.num_minibatches >= 2**31:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} gives {args.num_iterations} iterations of "
                       f"{args.update_epochs * args.num_minibatches} minibatch steps: at most 2^31 - 1 steps (optax counts them "
@@ -408,7 +434,99 @@ def policy_variance(logp, mask):
     return (jnp.exp(logp).var(axis=0) * mask).sum() / mask.sum()
 
 
-# ---- Training, PureJaxRL style: one jitted `update` = rollout + GAE + epochs x minibatches
+# ---- Devices: the envs split over every device (jax.shard_map over the axis "d", in `train`); these functions run on
+# one device's share. --shuffle per-env makes every random number of an env its own (the same on any device count).
+def env_ids(args):
+    """The global ids of this device's envs."""
+    num_envs = args.num_envs // args.num_devices
+    return jax.lax.axis_index("d") * num_envs + jnp.arange(num_envs)
+
+
+def env_keys(args, rng):
+    """A key for each of this device's envs: one split over the envs (--shuffle batch, one device), or folded from each
+    env's global id (per-env)."""
+    if args.shuffle == "per-env":
+        return jax.vmap(jax.random.fold_in, (None, 0))(rng, env_ids(args))
+    return jax.random.split(rng, args.num_envs)
+
+
+def sample_actions(args, rng, dist):
+    """An action of each of this device's envs from the policy's log-probabilities (envs, D, K)."""
+    if args.shuffle == "per-env":
+        return jax.vmap(jax.random.categorical)(env_keys(args, rng), dist)
+    return jax.random.categorical(rng, dist)
+
+
+def random_level_ids(args, rng):
+    """A random morphology for each of this device's envs."""
+    if args.shuffle == "per-env":
+        return jax.vmap(lambda key: jax.random.randint(key, (), 0, args.num_morphologies))(env_keys(args, rng))
+    return jax.random.randint(rng, (args.num_envs,), 0, args.num_morphologies)
+
+
+def minibatch_rows(args, rng):
+    """(minibatches, rows): the rows of this device's flattened batch (steps x envs) each minibatch of an epoch takes:
+    a shuffle of the whole batch (--shuffle batch, PureJaxRL's), or each env's steps dealt out (per-env)."""
+    batch_size, minibatch_size = args.batch_size // args.num_devices, args.minibatch_size // args.num_devices
+    if args.shuffle == "per-env":
+        ids = minibatch_ids(rng, env_ids(args), args.num_steps, args.num_minibatches)
+        return jnp.argsort(ids.reshape(-1), stable=True).reshape(args.num_minibatches, minibatch_size)
+    return jax.random.permutation(rng, batch_size).reshape(args.num_minibatches, minibatch_size)
+
+
+def variance(x):
+    """jnp.var of x over every device's equal share: the mean of the shares' variances and of their means' squared
+    distances to the whole's (on one device, jnp.var(x) + 0.0: jnp.var itself, bit for bit)."""
+    mean = x.mean()
+    return jax.lax.pmean(jnp.var(x) + (mean - jax.lax.pmean(mean, "d")) ** 2, "d")
+
+
+def sample_states(args, rows, rng):
+    """`rows` (a tuple of the flattened batch's arrays) at --dynamics-batch states of the batch, on every device: a random
+    sample of the batch (--shuffle batch), or (per-env) the states of lowest random 32-bit score, each drawn from its
+    env's own stream, ties broken by the state's place in the whole batch: the same states on any number of devices."""
+    size, batch_size = min(args.dynamics_batch, args.batch_size), args.batch_size // args.num_devices
+    if args.shuffle != "per-env":
+        sample = jax.random.permutation(rng, batch_size)[:size]
+        return jax.tree.map(lambda x: x[sample], rows)
+    ids = env_ids(args)
+    scores = jax.vmap(lambda env: jax.random.bits(jax.random.fold_in(rng, env), (args.num_steps,)), out_axes=1)(ids)
+    position = jnp.arange(args.num_steps)[:, None] * args.num_envs + ids  # (step, env) in the whole batch
+    scores, position = scores.reshape(-1), position.reshape(-1)  # as the batch is flattened: steps x envs
+
+    def lowest(scores, position, n):
+        return jax.lax.sort((scores, position, jnp.arange(len(scores))), num_keys=2)[2][:n]
+
+    local = lowest(scores, position, min(size, batch_size))  # this device's candidates, then every device's
+    candidates = jax.lax.all_gather((scores[local], position[local], jax.tree.map(lambda x: x[local], rows)), "d", tiled=True)
+    picked = lowest(candidates[0], candidates[1], size)
+    return jax.tree.map(lambda x: x[picked], candidates[2])
+
+
+def minibatch_ids(rng, global_ids, num_steps, num_minibatches):
+    """(num_steps, envs) minibatch index of every transition, decided per env so that it does not depend on the devices
+    (--shuffle per-env).
+
+    The envs form blocks of B = M / gcd(M, T) consecutive global ids, whose B x T steps fill every one of the M
+    minibatches equally (B x T is a multiple of M). Each epoch, the envs of a block are put in a new random order
+    (positions p), each env's steps are shuffled (its own permutation), and step j of the env at position p goes to
+    minibatch (p T + j + offset) mod M, the offset a random turn of the epoch. So every minibatch gets an equal share
+    of every block, and of every device (which holds whole blocks); with M | T every env gives T / M steps to each
+    minibatch (B = 1), with T | M its T steps go to T different ones; which envs share a minibatch changes from epoch
+    to epoch (as Kinetix's per-epoch env permutation does)."""
+    block = num_minibatches // math.gcd(num_minibatches, num_steps)
+    k_steps, k_blocks, k_offset = jax.random.split(rng, 3)
+    offset = jax.random.randint(k_offset, (), 0, num_minibatches)
+
+    def per_env(env_id):
+        steps = jax.random.permutation(jax.random.fold_in(k_steps, env_id), num_steps)
+        position = jax.random.permutation(jax.random.fold_in(k_blocks, env_id // block), block)[env_id % block]
+        return (position * num_steps + steps + offset) % num_minibatches
+
+    return jax.vmap(per_env, out_axes=1)(global_ids)
+
+
+# ---- Training, PureJaxRL style: one jitted `update` = rollout + GAE + epochs x minibatches, of one device's envs
 class Transition(NamedTuple):
     obs: jnp.ndarray
     action: jnp.ndarray
@@ -433,7 +551,9 @@ class RunnerState(NamedTuple):
 
 
 def make_train(args, env):
-    """(init, update, evaluate, learning-rate schedule) for these flags, PureJaxRL style."""
+    """(init, update, evaluate, learning-rate schedule) for these flags, PureJaxRL style. init and update are the
+    functions of one device's share of the envs, run under `jax.shard_map` over the devices' axis "d" (`train`): the
+    parameters are the same on every device, the minibatches' gradients and statistics averaged over them."""
     mask = action_mask(env.action_dims)
     actor = MLP(args.hidden_size, args.num_layers, int(mask.size), 0.01, args.activation)
     critic = MLP(args.hidden_size, args.num_layers, 1, 1.0, args.activation)
@@ -462,19 +582,17 @@ def make_train(args, env):
         return critic.apply(critic_params, obs)[..., 0]
 
     levelled = args.env_id == "locomotion"  # the other envs have no levels: their ids are never drawn
-
-    def random_level_ids(rng):
-        return jax.random.randint(rng, (args.num_envs,), 0, args.num_morphologies)
+    num_envs, batch_size = args.num_envs // args.num_devices, args.batch_size // args.num_devices  # this device's share
 
     def init(rng, levels):
         rng, k_actor, k_critic, k_ids, k_next_ids, k_reset = jax.random.split(rng, 6)
         dummy = jnp.zeros((1, env.obs_dim))
         params = {"actor": actor.init(k_actor, dummy), "critic": critic.init(k_critic, dummy)}
-        obs, env_state = env.reset(jax.random.split(k_reset, args.num_envs), levels, random_level_ids(k_ids))
+        obs, env_state = env.reset(env_keys(args, k_reset), levels, random_level_ids(args, k_ids))
         env_state = jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), env_state)  # drop weak types: one compile of update
-        zeros = jnp.zeros(args.num_envs)
+        zeros = jnp.zeros(num_envs)
         return RunnerState(params, tx.init(params), params["actor"], jnp.ones(()), env_state, obs,
-                           random_level_ids(k_next_ids), zeros, zeros, rng)
+                           random_level_ids(args, k_next_ids), zeros, zeros, rng)
 
     def loss_fn(params, prox_logprob, mb, advantages, targets, h):
         dist = policy(params["actor"], mb.obs)
@@ -492,21 +610,22 @@ def make_train(args, env):
         return loss, (pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac)
 
     def minibatch_grads(params, prox_params, minibatch, h):
-        """(gradient of the loss on one minibatch, the loss's statistics); the advantages are normalised here."""
+        """(gradient of the loss on one minibatch, the loss's statistics), each averaged over the devices' equal shares of
+        the minibatch; the advantages are normalised here, by the whole minibatch's statistics."""
         mb, mb_advantages, mb_targets = minibatch
         if args.norm_adv:
-            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+            mean = jax.lax.pmean(mb_advantages.mean(), "d")
+            mb_advantages = (mb_advantages - mean) / (jnp.sqrt(variance(mb_advantages)) + 1e-8)
         prox_logprob = log_prob(policy(prox_params, mb.obs), mb.action) if ewma else mb.logprob
         (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets, h)
-        return grads, aux
+        return jax.lax.pmean((grads, aux), "d")
 
-    def dynamics_metrics(params, first_grads, batch, rng):
+    def dynamics_metrics(params, first_grads, sample):
         """App. B's metrics after the update on a sample of --dynamics-batch states of the batch (the torch scripts'
         `dynamics_metrics`), and the kurtosis of the first minibatch's raw gradient (before clipping)."""
-        obs, action, behav_logprob = batch.obs, batch.action, batch.logprob
-        sample = jax.random.permutation(rng, args.batch_size)[: min(args.dynamics_batch, args.batch_size)]
-        out, actor_hidden = actor.apply(params["actor"], obs[sample], True)
-        _, critic_hidden = critic.apply(params["critic"], obs[sample], True)
+        obs, action, behav_logprob = sample
+        out, actor_hidden = actor.apply(params["actor"], obs, True)
+        _, critic_hidden = critic.apply(params["critic"], obs, True)
         dist = log_policy(out, mask)
         return {
             "dynamics/weight_norm": weight_norm(params),
@@ -515,7 +634,7 @@ def make_train(args, env):
             "dynamics/feature_rank_critic": feature_rank(critic_hidden[-1]).astype(jnp.float32),
             "dynamics/dormant_pct_critic": dormant_percentage(critic_hidden, args.dormant_tau),
             "dynamics/policy_variance": policy_variance(dist, mask),
-            "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(dist, action[sample]) - behav_logprob[sample])),
+            "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(dist, action) - behav_logprob)),
             "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
         }
 
@@ -523,9 +642,10 @@ def make_train(args, env):
     def measured(start_params, prox_params, params, batch, first_epoch_key, k_epochs, h):
         """The dynamics/ metrics of an iteration."""
         # the first minibatch of the first epoch, as update_epoch draws it, at the parameters it saw: its raw gradient
-        first = jax.random.permutation(first_epoch_key, args.batch_size)[: args.minibatch_size]
+        first = minibatch_rows(args, first_epoch_key)[0]
         first_grads, _ = minibatch_grads(start_params, prox_params, jax.tree.map(lambda x: x[first], batch), h)
-        return dynamics_metrics(params, first_grads, batch[0], jax.random.fold_in(k_epochs, args.update_epochs))
+        return dynamics_metrics(params, first_grads, sample_states(args, (batch[0].obs, batch[0].action, batch[0].logprob),
+                                                                    jax.random.fold_in(k_epochs, args.update_epochs)))
 
     def update(runner, levels, measure=False, hyper=None):
         """One iteration: rollout, GAE, epochs x minibatches; `measure` (a traced bool) adds the dynamics/ metrics.
@@ -538,14 +658,13 @@ def make_train(args, env):
         def env_step(runner, _):
             rng, k_action, k_env, k_ids = jax.random.split(runner.rng, 4)
             dist = policy(runner.params["actor"], runner.obs)
-            action = jax.random.categorical(k_action, dist)
+            action = sample_actions(args, k_action, dist)
             value = value_fn(runner.params["critic"], runner.obs)
-            obs, env_state, reward, done, solved = env.step(jax.random.split(k_env, args.num_envs), runner.env_state, action,
-                                                            levels, runner.level_ids)
+            obs, env_state, reward, done, solved = env.step(env_keys(args, k_env), runner.env_state, action, levels, runner.level_ids)
             episode_return = runner.episode_return + reward
             episode_length = runner.episode_length + 1
             # an env whose episode ended has just been reset onto runner.level_ids: draw its next one (locomotion)
-            level_ids = jnp.where(done, random_level_ids(k_ids), runner.level_ids) if levelled else runner.level_ids
+            level_ids = jnp.where(done, random_level_ids(args, k_ids), runner.level_ids) if levelled else runner.level_ids
             stats = (done, episode_return * done, episode_length * done, solved)
             transition = Transition(runner.obs, action, log_prob(dist, action), dist, value, reward, done.astype(jnp.float32))
             runner = runner._replace(env_state=env_state, obs=obs, level_ids=level_ids, rng=rng,
@@ -571,15 +690,13 @@ def make_train(args, env):
                                                                    optax.global_norm(grads["actor"]))
 
         # flattened once; the behaviour log-probs only feed the KL pass below, so they are not shuffled
-        batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]),
+        batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]),
                              (traj._replace(behav_dist=None), advantages, targets))
 
         def update_epoch(carry, rng):
             # each minibatch gathers its rows of the batch where it is used: no shuffled copy of the whole batch
-            permutation = jax.random.permutation(rng, args.batch_size)
-            minibatch_rows = permutation.reshape(args.num_minibatches, args.minibatch_size)
             return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], batch)),
-                                carry, minibatch_rows, unroll=unroll)
+                                carry, minibatch_rows(args, rng), unroll=unroll)
 
         rng, k_epochs = jax.random.split(runner.rng)
         epoch_keys = jax.random.split(k_epochs, args.update_epochs)
@@ -603,13 +720,14 @@ def make_train(args, env):
             return kl_divergence(behav_dist, new_dist).sum(), prox_kl
 
         num_chunks = next(c for c in range(1, args.num_minibatches + 1)
-                          if args.num_minibatches % c == 0 and (args.batch_size // c <= KL_CHUNK or c == args.num_minibatches))
-        chunks = jax.tree.map(lambda x: x.reshape((num_chunks, args.batch_size // num_chunks) + x.shape[2:]),
+                          if args.num_minibatches % c == 0 and (batch_size // c <= KL_CHUNK or c == args.num_minibatches))
+        chunks = jax.tree.map(lambda x: x.reshape((num_chunks, batch_size // num_chunks) + x.shape[2:]),
                               (traj.obs, traj.behav_dist))
         kl_sums, prox_kl_sums = jax.lax.map(batch_kls, chunks)  # (a scan unrolled here crashed XLA:GPU at 524,288 envs)
+        kl_sum, prox_kl_sum = jax.lax.psum((kl_sums.sum(), prox_kl_sums.sum()), "d")  # over every device's share
         pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac, grad_norm, grad_norm_actor = jax.tree.map(jnp.mean, losses)
         diff = jax.tree.map(lambda a, b: a - b, params, start_params)
-        done, ret_sum, len_sum, solved = jax.tree.map(jnp.sum, stats)
+        done, ret_sum, len_sum, solved = jax.lax.psum(jax.tree.map(jnp.sum, stats), "d")
         metrics = {
             "losses/policy_loss": pg_loss,
             "losses/value_loss": v_loss,
@@ -618,17 +736,17 @@ def make_train(args, env):
             "losses/imp_samp_clipfrac": imp_samp_clipfrac,
             "losses/grad_norm": grad_norm,
             "losses/grad_norm_actor": grad_norm_actor,
-            "losses/approx_kl": kl_sums.sum() / args.batch_size,
+            "losses/approx_kl": kl_sum / args.batch_size,
             "charts/update_norm": optax.global_norm(diff),
             "charts/update_norm_actor": optax.global_norm(diff["actor"]),
-            "losses/explained_variance": 1.0 - jnp.var(targets - traj.value) / jnp.var(targets),
+            "losses/explained_variance": 1.0 - variance(targets - traj.value) / variance(targets),
             "episodes": done,
             "episode_return_sum": ret_sum,
             "episode_length_sum": len_sum,
             "episodes_solved": solved,
         }
         if ewma:
-            metrics["losses/prox_kl"] = prox_kl_sums.sum() / args.batch_size
+            metrics["losses/prox_kl"] = prox_kl_sum / args.batch_size
         return runner, {**metrics, **dynamics}
 
     def evaluate(params, levels, rng):
@@ -675,6 +793,8 @@ def describe(args, seeds, start_iteration):
           f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} (recipe "
           f"{args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
           + (f"; seeds {seeds[0]}..{seeds[-1]} in one program" if args.num_seeds > 1 else "")
+          + (f"; {args.num_devices} devices in {jax.process_count()} process(es), shuffle {args.shuffle}" if args.num_devices > 1
+             else f"; shuffle {args.shuffle}" if args.shuffle != "batch" else "")
           + (f"; resuming {args.resume} after iteration {start_iteration}" if args.resume else ""))
     if args.ewma_com is not None:
         steps = args.update_epochs * args.num_minibatches
@@ -684,43 +804,64 @@ def describe(args, seeds, start_iteration):
 
 
 def train(args, run):
-    """PureJaxRL's train(rng), one call at a time: each seed's state, then for each call its iterations, logged."""
+    """PureJaxRL's train(rng), one call at a time: each seed's state, then for each call its iterations, logged. The
+    envs are split over every device (of every process): the arrays of the envs' state by their env axis, the rest
+    (parameters, optimiser, EWMA, keys, morphologies) the same on each."""
     env = make_env(args)
     init, update, evaluate, schedule = make_train(args, env)
+    if jax.device_count() != args.num_devices:  # each device's share was resolved for another count
+        raise BadFlag(f"the flags were resolved for {args.num_devices} devices; this process sees {jax.device_count()}")
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    envs = P(None, "d")  # (seeds, envs, ...): each device its share of the envs
+    runner_specs = RunnerState(P(), P(), P(), P(), envs, envs, envs, envs, envs, P())
+    shard = partial(jax.shard_map, mesh=mesh, check_vma=False)
+
+    def place(tree, specs):
+        """Host arrays (or shapes) -> global arrays (or shapes) laid out over the devices as `specs` (a prefix of tree) says."""
+        def put(spec, sub):
+            sharding = NamedSharding(mesh, spec)
+            if isinstance(jax.tree.leaves(sub)[0], jax.ShapeDtypeStruct):
+                return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), sub)
+            return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding, lambda i: np.asarray(x)[i]), sub)
+        return jax.tree.map(put, specs, tree, is_leaf=lambda x: isinstance(x, P))
+
     # --num-seeds: each seed's keys as a lone run makes them; every array below has a leading seed axis
     seeds = [args.seed + i for i in range(args.num_seeds)]
-    keys = jnp.stack([jax.random.split(jax.random.PRNGKey(seed), 3) for seed in seeds])  # (seeds, [rng, levels, init])
-    eval_keys = jnp.stack([jax.random.PRNGKey(seed + 10_000) for seed in seeds])  # never the training stream
+    keys = np.stack([jax.random.split(jax.random.PRNGKey(seed), 3) for seed in seeds])  # (seeds, [rng, levels, init])
+    eval_keys = np.stack([jax.random.PRNGKey(seed + 10_000) for seed in seeds])  # never the training stream
 
     def start(k_levels, k_init):
         levels = env.sample_levels(k_levels)
         return init(k_init, levels), levels
 
-    start = jax.jit(jax.vmap(start))  # jitted: eval_shape's trace is reused by the call
-    shapes = jax.eval_shape(start, keys[:, 1], keys[:, 2])  # (runner, levels)
+    start = jax.jit(shard(jax.vmap(start), in_specs=(P(), P()), out_specs=(runner_specs, P())))
+    shapes = place(jax.eval_shape(start, keys[:, 1], keys[:, 2]), (runner_specs, P()))  # (runner, levels)
     if args.resume is not None:
-        runner, levels = run.restore_seeds(shapes)
-    train_call, tags = over_seeds(update, args.num_seeds, operands=1)
-    evaluate, hyper = jax.jit(jax.vmap(evaluate)), hyperparameters(args)  # hyper: traced, one program for their values
-    slots = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
+        runner, levels = place(run.restore_seeds(shapes), (runner_specs, P()))
+    train_call, tags = over_seeds(update, args.num_seeds, operands=1, over=partial(
+        shard, in_specs=(runner_specs, P(), P(), P(), P()), out_specs=(runner_specs, P())))
+    evaluate, hyper = jax.jit(jax.vmap(evaluate)), place(hyperparameters(args), P())  # hyper: one program for their values
+    slots = place(jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_), P())
     locomotion = args.env_id == "locomotion" and args.eval_every
     # the programs compile on other threads (each lambda holds its own function: the names are rebound to Futures here)
     train_call, evaluation = run.compile(lambda f=train_call: f.lower(*shapes, slots, slots, hyper).compile(),
-                                         lambda: locomotion and evaluate.lower(shapes[0].params, shapes[1], eval_keys).compile())
+                                         lambda: locomotion and evaluate.lower(shapes[0].params, shapes[1],
+                                                                               place(eval_keys, P())).compile())
     stamp = int(time.time())
     run.start([f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds], schedule)
-    describe(args, seeds, run.start_iteration)
+    if run.lead:
+        describe(args, seeds, run.start_iteration)
     if args.resume is None:
-        runner, levels = start(keys[:, 1], keys[:, 2])
+        runner, levels = start(*place((keys[:, 1], keys[:, 2]), P()))
     (train_call,) = run.begin(train_call)
     for first, last, active in run.calls():
         numbers = np.arange(first, first + args.fuse_iterations)
         measure = active & (args.dynamics_every > 0) & ((numbers % max(args.dynamics_every, 1) == 0) | (numbers == 1))
-        runner, scalars = train_call(runner, levels, measure, active, hyper)
+        runner, scalars = train_call(runner, levels, *place((measure, active), P()), hyper)
         run.log(first, last, partial(call_metrics, scalars, tags, measure, active))
         if locomotion and run.due(args.eval_every):
-            rngs = jax.vmap(jax.random.fold_in, (0, None))(eval_keys, last)
-            solve_rates, returns = jax.device_get(ready(evaluation.result()(runner.params, levels, rngs)))
+            rngs = place(np.asarray(jax.vmap(jax.random.fold_in, (0, None))(eval_keys, last)), P())
+            solve_rates, returns = jax.tree.map(host, evaluation.result()(runner.params, levels, rngs))
             run.write([{"charts/solve_rate": s, "charts/eval_return": r} for s, r in zip(solve_rates, returns)])
         run.checkpoint(lambda: run.seeds_state((runner, levels)))
     return run.finish()
@@ -1107,10 +1248,11 @@ def fuse(update, operands=0):
     return fused
 
 
-def over_seeds(update, num_seeds, operands=0):
+def over_seeds(update, num_seeds, operands=0, over=None):
     """A fused update of one run over the seeds' leading axis (--num-seeds; one seed: the lone run's program itself),
     jitted, its runner donated: every scalar metric comes back in one (seeds, iterations, tags) array, one transfer a
-    call. Returns it and its tags, in that order (set when it is traced)."""
+    call. `over`: what makes the program of one device's share a program over all the devices (a jax.shard_map; None:
+    one device). Returns it and its tags, in that order (set when it is traced)."""
     tags = []
 
     def train_call(runner, *rest):
@@ -1123,13 +1265,13 @@ def over_seeds(update, num_seeds, operands=0):
         tags[:] = list(metrics)
         return runner, jnp.stack([metrics[tag].astype(jnp.float32) for tag in tags], axis=-1)
 
-    return jax.jit(train_call, donate_argnums=0), tags
+    return jax.jit(over(train_call) if over else train_call, donate_argnums=0), tags
 
 
 def call_metrics(scalars, tags, measure, active):
     """A call's stacked metrics on the host, as Run.log takes them: per active iteration, each run's {tag: value}, the
     dynamics/ ones where measured. The call's own buffer whole: an indexing op would queue behind the running call."""
-    scalars = jax.device_get(ready(scalars))
+    scalars = host(scalars)
     return [[{tag: value for tag, value in zip(tags, scalars[s, i].tolist()) if measure[i] or not tag.startswith("dynamics/")}
              for s in range(len(scalars))] for i in np.flatnonzero(active)]
 
@@ -1169,9 +1311,14 @@ def ready(tree):
 
 
 def host(x):
-    """This process's copy of an array on one device or replicated on several (all of it; works across hosts, unlike
-    device_get), once computed (ready)."""
-    return np.asarray(ready(x).addressable_data(0)) if isinstance(x, jax.Array) else np.asarray(x)
+    """The whole of an array on the host, once computed (ready): of one on one device or replicated on several, this
+    process's copy (works across hosts, unlike device_get); of one split over the devices of several processes, gathered
+    from every process (a collective: every process calls it)."""
+    if not isinstance(x, jax.Array):
+        return np.asarray(x)
+    if ready(x).is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    return np.asarray(x) if x.is_fully_addressable else multihost_utils.process_allgather(x, tiled=True)
 
 
 def read_checkpoint(path):
@@ -1441,10 +1588,12 @@ class Run:
         """After the call: a checkpoint of state() if one is due (--save-every, the run's end, a stop), named for the
         resume line; then, where the call ended early, every process waits for the others (work of differing length)."""
         args, last = self.args, self.last
+        if self.due(args.save_every) or self.stopping:
+            state = jax.tree.map(host, state())  # on every process: a state split over several is gathered from each
         if (self.due(args.save_every) or self.stopping) and self.lead:
             os.makedirs(f"runs/{self.names[0]}/checkpoints", exist_ok=True)
             path = f"runs/{self.names[0]}/checkpoints/iter_{last}.npz"
-            save_checkpoint(path, state(), last, self.global_step, self.train_seconds + time.time() - self.start_time, args)
+            save_checkpoint(path, state, last, self.global_step, self.train_seconds + time.time() - self.start_time, args)
             self.stop.checkpoint = path  # named once written, before the older ones go: an abort names this one
             prune_checkpoints(os.path.dirname(path), args.keep_checkpoints)
         if self.pending is None:

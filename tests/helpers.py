@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmark.common import cli_args, finish, load_script, read_tensorboard_run, run_copy, run_dirs, start_copy  # noqa: E402,F401
+from benchmark.common import (cli_args, finish, load_script, on_one_device, read_tensorboard_run, run_copy,  # noqa: E402,F401
+                              run_dirs, start_copy)
 
 # what the torch PPO scripts (ppo_atari_envpool, ppo_procgen_envpool) log every iteration, and their dynamics/ tags
 PPO_EVERY_ITERATION = ["losses/approx_kl", "losses/clipfrac", "losses/grad_norm", "losses/explained_variance",
@@ -183,3 +184,31 @@ def read_only(directory):
         yield
     finally:
         subprocess.run(["umount", directory], check=True)
+
+
+def handles(pid, signum):
+    """Whether process `pid` has a handler for `signum` yet (Linux: the caught-signals mask in /proc)."""
+    caught = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
+
+
+def sigterm_one_of_two_tasks(script, flags, workdir, extra_env, timeout):
+    """One run as two processes joined by jax.distributed on localhost (`flags` and the coordinator's; task r in
+    workdir/task<r>), and a SIGTERM to task 1 alone once it handles SIGTERM and has set up for 3 s (jax.distributed's
+    set-up, the compilations): both tasks' CompletedProcesses."""
+    import signal
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    flags = list(flags) + ["--distributed", "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2"]
+    tasks = [start_copy(script, flags + ["--process-id", str(i)], Path(workdir) / f"task{i}", extra_env=extra_env)
+             for i in (0, 1)]
+    start = time.time()
+    while not handles(tasks[1].pid, signal.SIGTERM):
+        assert tasks[1].poll() is None and time.time() - start < 300, "task 1 installed no SIGTERM handler"
+        time.sleep(0.05)
+    time.sleep(3)
+    tasks[1].send_signal(signal.SIGTERM)
+    return [finish(task, timeout) for task in tasks]

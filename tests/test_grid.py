@@ -822,14 +822,20 @@ def test_a_scale_a_runner_has_no_settings_for_is_refused(tmp_path, runner, scale
         f"runner: SCALE must be smoke, small, paper or gpu (got {scale})")
 
 
-def test_local_runs_sharing_a_gpu_do_not_preallocate_its_memory(monkeypatch):
-    """JAX takes 75% of a GPU's memory in its first process; --workers 4 on one GPU would leave the other runs out of
-    memory. One GPU per worker, or the user's own setting, is left alone."""
+def fresh_launch(monkeypatch):
+    """benchmark/launch.py as a module of its own, with JAX's memory variables unset."""
     spec = importlib.util.spec_from_file_location("launch", ROOT / "benchmark" / "launch.py")
     launch = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launch)
     for name in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
         monkeypatch.delenv(name, raising=False)
+    return launch
+
+
+def test_local_runs_sharing_a_gpu_do_not_preallocate_its_memory(monkeypatch):
+    """JAX takes 75% of a GPU's memory in its first process; --workers 4 on one GPU would leave the other runs out of
+    memory. One GPU per worker, or the user's own setting, is left alone."""
+    launch = fresh_launch(monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     assert launch.worker_resources(1, 4)[0]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in launch.worker_resources(0, 1)[0]
@@ -841,6 +847,30 @@ def test_local_runs_sharing_a_gpu_do_not_preallocate_its_memory(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.2")
     assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in launch.worker_resources(1, 4)[0]
+
+
+def test_gpus_per_run_gives_each_local_run_its_own_consecutive_gpus(monkeypatch, tmp_path, capsys):
+    """--gpus-per-run G (the runners' DEVICES): local worker k gets GPUs kG .. kG + G - 1 of CUDA_VISIBLE_DEVICES, and
+    a run's flags are checked at G devices (ppo_ewma_jax.py: --shuffle auto resolved to per-env, --num-envs divided)."""
+    launch = fresh_launch(monkeypatch)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    assert [launch.worker_resources(slot, 2, 2)[0]["CUDA_VISIBLE_DEVICES"] for slot in (0, 1)] == ["0,1", "2,3"]
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" not in launch.worker_resources(1, 2, 2)[0]
+    assert launch.worker_resources(1, 4, 2)[0]["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"  # 4 runs x 2 GPUs on 4
+    grid = ["--script", "ppo_ewma_jax", "--out-dir", str(tmp_path / "out"), "--gpus-per-run", "2", "--dry-run", "--",
+            "--env-id", "CartPole-v1", "--num-steps", "32", "--num-minibatches", "4", "--num-envs"]
+    assert launch.main(grid + ["8"])["runs"] == 1
+    assert "shuffle=per-env" in capsys.readouterr().out
+    for argv, message in ((grid + ["7"], "--num-envs 7 must be divisible by the 2 devices"),
+                          (grid[:4] + ["--gpus-per-run", "0"] + grid[6:] + ["8"], "--gpus-per-run must be positive (got 0)")):
+        with pytest.raises(SystemExit) as stopped:
+            launch.main(argv)
+        assert stopped.value.code == 2 and message in capsys.readouterr().err
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(SystemExit):
+        launch.main([x for x in grid if x != "--dry-run"] + ["8"])
+    assert "--gpus-per-run 2: CUDA_VISIBLE_DEVICES lists 1 GPU(s)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 def test_runs_of_128_gpus_are_launched_on_slurm_only(tmp_path):
@@ -960,10 +990,11 @@ def test_analysis_streams_a_synthetic_grid(tmp_path):
     assert rows[0]["records"] > 10000 and rows[0]["records_per_s"] > 0  # and every record was read (checked inside)
 
 
-@pytest.mark.parametrize("script", ["ppo_ewma_jax", "ppo_ewma_brax", "ppo_atari_envpool"])
+@pytest.mark.parametrize("script", ["ppo_ewma_brax", "ppo_atari_envpool"])
 def test_a_run_of_several_processes_is_refused_for_a_script_of_one_process(script, tmp_path, capsys):
-    """The JAX scripts share one appendix whose RunArgs holds the distributed flags, which only the SFL script uses (its
-    UNUSED_RUN_FLAGS are none of the others' flags): a multi-process launch of another script is refused up front."""
+    """The JAX scripts share one appendix whose RunArgs holds the distributed flags, which the SFL script and
+    ppo_ewma_jax.py use (a script's UNUSED_RUN_FLAGS are none of its flags): a multi-process launch of another script is
+    refused up front."""
     with pytest.raises(SystemExit) as stopped:
         launch.main(["--script", script, "--out-dir", str(tmp_path / "out"), "--slurm", "--slurm-cluster", "local",
                      "--slurm-tasks-per-node", "2"])

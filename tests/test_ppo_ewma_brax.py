@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from helpers import (assert_bad_input, assert_refused, load_script, read_values, run_copy, run_dirs,
+from helpers import (assert_bad_input, assert_refused, load_script, on_one_device, read_values, run_copy, run_dirs,
                      shared_runs)
 
 SCRIPT = "ppo_ewma_brax"
@@ -129,7 +129,7 @@ def test_running_stats_are_purejaxrls_normalize_wrappers(ewma, batch):
     for step in range(20):
         x = rng.normal(step, 1 + step, (batch, 3)).astype(np.float32)  # drifting, as observations do
         seen.append(x)
-        stats_ = stats_.update(jnp.asarray(x))
+        stats_ = on_one_device(lambda stats, batch: stats.update(batch))(stats_, jnp.asarray(x))
         mean, var, count = purejaxrl_update(mean, var, count, x)
         np.testing.assert_allclose(stats_.mean, mean, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(stats_.var, var, rtol=1e-4, atol=1e-4)
@@ -146,8 +146,8 @@ def test_the_brax_env_steps_are_purejaxrls_wrappers(ewma):
     gamma = 0.9
     args = ewma.resolve_args(ewma.RunArgs(env_id="inverted_pendulum", num_envs=4, num_minibatches=4, gamma=gamma))
     env = ewma.make_env(args)
-    obs, state = env.reset(jax.random.split(jax.random.PRNGKey(0), 4))
-    step = jax.jit(env.step)
+    obs, state = on_one_device(env.reset)(jax.random.split(jax.random.PRNGKey(0), 4))
+    step = jax.jit(on_one_device(env.step))
     raw = state.env.obs
     mean, var, count = purejaxrl_update(np.zeros(raw.shape[1]), np.ones(raw.shape[1]), 1e-4, np.asarray(raw))
     np.testing.assert_allclose(obs, (raw - mean) / np.sqrt(var + 1e-8), rtol=1e-4, atol=1e-4)
@@ -176,10 +176,11 @@ def test_an_ended_episode_restarts_from_the_envs_first_state_or_a_fresh_random_o
     args = ewma.resolve_args(ewma.RunArgs(env_id="inverted_pendulum", num_envs=2, num_minibatches=2, norm_obs=False,
                                        brax_fresh_starts=fresh))
     env = ewma.make_env(args)
-    first, state = env.reset(jax.random.split(jax.random.PRNGKey(0), 2))
+    first, state = on_one_device(env.reset)(jax.random.split(jax.random.PRNGKey(0), 2))
     steps = jnp.full(2, ewma.BRAX_EPISODE_LENGTH - 1.0)
     state = state._replace(env=state.env.replace(info={**state.env.info, "steps": steps}))
-    obs, state, _, done, _ = jax.jit(env.step)(jax.random.split(jax.random.PRNGKey(1), 2), state, jnp.zeros((2, 1)))
+    obs, state, _, done, _ = jax.jit(on_one_device(env.step))(jax.random.split(jax.random.PRNGKey(1), 2), state,
+                                                                jnp.zeros((2, 1)))
     assert done.all()
     if fresh:
         assert np.abs(np.asarray(obs) - np.asarray(first)).min() > 1e-4  # every number new: a new random start
@@ -264,7 +265,7 @@ def test_the_checkpoint_holds_the_normalisation_statistics(ewma, ant_run):
     args = ewma.resolve_args(ewma.RunArgs(env_id="ant", num_envs=16, num_minibatches=4, total_timesteps=640))
     env = ewma.make_env(args)
     init = ewma.make_train(args, env)[0]
-    target = jax.eval_shape(lambda: init(jax.random.PRNGKey(0)))
+    target = jax.eval_shape(lambda: on_one_device(init)(jax.random.PRNGKey(0)))
     runner, iteration, _, _ = ewma.restore_checkpoint(run_dirs(ant_run)[0] / "checkpoints" / "iter_2.npz", target)
     obs_stats, return_stats = runner.env_state.obs_stats, runner.env_state.return_stats
     assert iteration == 2 and obs_stats.mean.shape == (27,)
@@ -281,8 +282,8 @@ def test_an_update_that_does_not_move_the_policy_has_zero_kl(ewma):
                                        total_timesteps=32, learning_rate=1e-30, dynamics_batch=32))
     env = ewma.make_env(args)
     init, update, _ = ewma.make_train(args, env)
-    runner = init(jax.random.PRNGKey(1))
-    _, metrics = jax.jit(update)(runner, jnp.asarray([True]), jnp.asarray([True]))
+    runner = on_one_device(init)(jax.random.PRNGKey(1))
+    _, metrics = jax.jit(on_one_device(update))(runner, jnp.asarray([True]), jnp.asarray([True]))
     assert float(metrics["losses/approx_kl"][0]) == 0.0 and float(metrics["losses/clipfrac"][0]) == 0.0
     np.testing.assert_allclose(metrics["dynamics/ess_pct"][0], 100.0, rtol=1e-5)
     np.testing.assert_allclose(metrics["losses/entropy"][0], 0.5 * (1 + np.log(2 * np.pi)), rtol=1e-5)  # 1 dimension
@@ -296,3 +297,4 @@ def test_inverted_pendulum_learns(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     returns = read_values(run_dirs(tmp_path)[0])[0]["charts/episodic_return"]
     assert max(returns[-20:]) >= 500, returns[-20:]
+

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from helpers import (FAST_COMPILE_OPTIONS, assert_bad_input, assert_refused, assert_schedule_is_optax, finish,
-                     load_script, read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs, start_copy,
-                     wait_for_file)
+                     load_script, on_one_device, read_tensorboard_run, read_values, run_copy, run_dirs, shared_runs,
+                     start_copy, wait_for_file)
 
 SCRIPT = "ppo_ewma_jax"
 # its runs compile at XLA's optimisation level 0 (conftest.py), but for those timed (default_compile)
@@ -314,15 +314,16 @@ def test_an_unrolled_update_is_the_same_computation(ewma):
 TINY_CARTPOLE = dict(env_id="CartPole-v1", num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2, total_timesteps=64)
 
 
+
 def lowered_update(ewma, **flags):
     """The text of the jitted update this script compiles for these flags (traced, lowered, not compiled)."""
     args = ewma.resolve_fuse_iterations(ewma.resolve_args(ewma.RunArgs(**{**TINY_CARTPOLE, "fuse_iterations": 2, **flags})))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
-    runner = jax.eval_shape(init, jax.random.PRNGKey(1), levels)
+    runner = jax.eval_shape(on_one_device(init), jax.random.PRNGKey(1), levels)
     flags_shape = jax.ShapeDtypeStruct((2,), jnp.bool_)
-    return jax.jit(update).lower(runner, levels, flags_shape, flags_shape, ewma.hyperparameters(args)).as_text()
+    return jax.jit(on_one_device(update)).lower(runner, levels, flags_shape, flags_shape, ewma.hyperparameters(args)).as_text()
 
 
 def test_a_grid_over_lr_epsilon_com_or_budget_shares_one_program(ewma):
@@ -355,10 +356,11 @@ def test_learning_rate_schedule_is_optax_linear_schedule(ewma, anneal):
 
 
 def test_checking_the_flags_starts_no_device_backend():
-    """resolve_args runs in the launcher's process for every run of a grid: on a GPU machine a started backend would
-    hold the GPUs (and, by JAX's default, most of their memory) while the runs need them."""
+    """resolve_args runs in the launcher's process for every run of a grid (with num_devices=0, the count unknown, as the
+    launcher calls it): on a GPU machine a started backend would hold the GPUs (and, by JAX's default, most of their
+    memory) while the runs need them."""
     code = ("import sys; sys.argv = ['x']; import jax._src.xla_bridge as xb; from benchmark.common import load_script; "
-            "m = load_script('ppo_ewma_jax'); [m.resolve_args(m.RunArgs(**f)) for f in "
+            "m = load_script('ppo_ewma_jax'); [m.resolve_args(m.RunArgs(**f), num_devices=0) for f in "
             "({}, {'env_id': 'CartPole-v1', 'num_envs': 4, 'num_steps': 128})]; print('backends', sorted(xb._backends))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -373,7 +375,8 @@ def tiny_update(ewma, shaping=()):
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
     levels = env.sample_levels(jax.random.PRNGKey(0))
-    return jax.jit(update, compiler_options=FAST_COMPILE_OPTIONS), init(jax.random.PRNGKey(1), levels), levels
+    return (jax.jit(on_one_device(update), compiler_options=FAST_COMPILE_OPTIONS),
+            on_one_device(init)(jax.random.PRNGKey(1), levels), levels)
 
 
 def first_update_metrics(ewma, measure=False, traced=False, **flags):
@@ -395,9 +398,9 @@ def test_fused_iterations_are_the_iterations_one_by_one(ewma):
     args = ewma.resolve_args(ewma.RunArgs(**{**TINY_CARTPOLE, "total_timesteps": 64 * 4}))
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
-    update = jax.jit(update, compiler_options=FAST_COMPILE_OPTIONS)
+    update = jax.jit(on_one_device(update), compiler_options=FAST_COMPILE_OPTIONS)
     levels = env.sample_levels(jax.random.PRNGKey(0))
-    start = init(jax.random.PRNGKey(1), levels)
+    start = on_one_device(init)(jax.random.PRNGKey(1), levels)
     measure = jnp.asarray([True, False, True])
     fused, stacked = update(start, levels, measure, jnp.asarray([True, True, True]))
     runner, one_by_one = start, []
@@ -637,12 +640,10 @@ def test_bad_input_exits_2_with_one_line_before_compute(tmp_path):
     (["--num-envs"], "--num-envs needs a value; see --help"),
     (["--num-env", "3"], "Unrecognized options: --num-env, 3 (perhaps --base-num-envs or --num-envs); see --help"),
     (["--no-such-flag"], "Unrecognized options: --no-such-flag; see --help"),
-    (["--distributed"], "--distributed does not apply to this script: it trains on one device of one process"),
-    (["--num-devices", "2"], "--num-devices does not apply to this script: it trains on one device of one process"),
 ])
 def test_what_tyro_cannot_read_is_one_line(ewma, monkeypatch, capsys, argv, message):
     """A malformed flag (not a flag of this script, a value not of its type, no value) is a BadFlag whose line names
-    it, and tyro's box is not printed; the multi-process flags only the SFL script takes say why."""
+    it, and tyro's box is not printed."""
     monkeypatch.setattr(sys, "argv", ["ppo_ewma_jax.py", *argv])
     with pytest.raises(ewma.BadFlag) as refused:
         ewma.parse_command_line()

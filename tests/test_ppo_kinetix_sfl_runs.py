@@ -3,15 +3,13 @@ exact resumption from a checkpoint, and the same training on 2 processes x 2 for
 jax.distributed (4 devices: the batch, the random levels and the SFL buffer split across devices and across
 processes) as on one device. The longest file of the suite: pytest.ini's workers start it first."""
 import signal
-import socket
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from helpers import (FAST_COMPILE, assert_refused, finish, finish_ok, load_script, read_tensorboard_run, read_values,
-                     run_dirs, shared_runs, start_copy, wait_for_file)
+                     run_dirs, shared_runs, sigterm_one_of_two_tasks, start_copy, wait_for_file)
 
 SCRIPT = "ppo_kinetix_sfl"
 # M = 2T minibatches (envs dealt into 2 groups); random levels unfiltered: the mlp runs (one device and four, resumed,
@@ -215,30 +213,12 @@ def test_two_processes_of_two_devices_train_like_one(tiny_run, tmp_path, monkeyp
     assert len(two["eval/solve_rate_sampled"]) == len(two["eval/solve_rate_handmade"]) == 2
 
 
-def handles(pid, signum):
-    """Whether process `pid` has a handler for `signum` yet (Linux: the caught-signals mask in /proc)."""
-    caught = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("SigCgt:"))
-    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
-
-
 def test_sigterm_to_one_process_before_the_first_update_stops_both_after_it(tiny_run, tmp_path):
     """A SIGTERM that reaches task 1 of a two-process run alone, while it sets up: JAX's own preemption service must
     not swallow it, and task 1 must not leave alone (task 0 would wait at a barrier until JAX ended it for a lost
     task); both stop after the first update, which they agree on, task 0 checkpoints it and names it, both exit 75."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     # the two-process run's flags (its programs, from JAX's cache): 3 updates, the signal sent long before the first
-    flags = TINY + ["--eval-every", "2", "--distributed", "--coordinator-address", f"127.0.0.1:{port}", "--num-processes", "2"]
-    env = {"XLA_FLAGS": TWO_DEVICES}
-    tasks = [start_copy(SCRIPT, flags + ["--process-id", str(i)], tmp_path / f"task{i}", extra_env=env) for i in (0, 1)]
-    start = time.time()
-    while not handles(tasks[1].pid, signal.SIGTERM):
-        assert tasks[1].poll() is None and time.time() - start < 300, "task 1 installed no SIGTERM handler"
-        time.sleep(0.05)
-    time.sleep(3)  # into jax.distributed's set-up and the compilations
-    tasks[1].send_signal(signal.SIGTERM)
-    results = [finish(task, 1800) for task in tasks]
+    results = sigterm_one_of_two_tasks(SCRIPT, TINY + ["--eval-every", "2"], tmp_path, {"XLA_FLAGS": TWO_DEVICES}, 1800)
     assert [r.returncode for r in results] == [75, 75], results[0].stderr[-2000:] + results[1].stderr[-2000:]
     (run_dir,) = run_dirs(tmp_path / "task0")
     assert sorted(p.name for p in run_dir.glob("checkpoints/*")) == ["iter_1.npz"]

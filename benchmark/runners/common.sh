@@ -12,6 +12,8 @@
 #   ANALYZE_ONLY=1  launch nothing; analyse what the grids hold (after a Slurm array finished)
 #   LAUNCH_FLAGS  extra launcher flags, e.g. "--workers 4" or "--slurm --slurm-partition gpu --slurm-gpus 1";
 #                 with --slurm the arrays are submitted without waiting and the analysis is left for ANALYZE_ONLY=1
+#   DEVICES       GPUs each local run spans (default 1; the launcher's --gpus-per-run): ppo_ewma_jax.py and
+#                 ppo_kinetix_sfl.py split their envs over every GPU they see, e.g. SCALE=gpu DEVICES=8 on one 8-GPU node
 #   PYTHON        the interpreter (default: python)
 # A failed launch or analysis does not stop the runner: it goes on with the next grid and exits 1 at the end.
 set -uo pipefail
@@ -45,6 +47,9 @@ case "$SCALE" in
     smoke|small|paper|gpu) ;;
     *) echo "runner: SCALE must be smoke, small, paper or gpu (got $SCALE)" >&2; exit 2 ;;
 esac
+DEVICES="${DEVICES:-1}"
+if ! [[ "$DEVICES" =~ ^[1-9][0-9]*$ ]]; then echo "runner: DEVICES must be a positive integer (got $DEVICES)" >&2; exit 2; fi
+DEVICE_FLAGS=""; [[ "$DEVICES" == 1 ]] || DEVICE_FLAGS="--gpus-per-run $DEVICES"
 smoke() { [[ "$SCALE" == smoke ]]; }
 # supports <scales...>: the SCALEs besides smoke and paper this runner has settings for; any other is refused (exit 2)
 # before anything runs, as it is by the first launch of a runner that never called this
@@ -137,13 +142,13 @@ launch() {
         [[ -n "$DRY_RUN_GRIDS" ]] || DRY_RUN_GRIDS="$(mktemp -d)"
         DRY_RUN_COUNT=$((DRY_RUN_COUNT + 1))
         # shellcheck disable=SC2086
-        printf '%s\0' --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait --dry-run "$@" \
+        printf '%s\0' --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $DEVICE_FLAGS $wait --dry-run "$@" \
             > "$DRY_RUN_GRIDS/$(printf '%06d' "$DRY_RUN_COUNT")"
         return 0
     fi
     local status=0
     # shellcheck disable=SC2086
-    "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $wait "$@" \
+    "$PY" "$ROOT/benchmark/launch.py" --out-dir "$OUT_DIR/$name" --store "$RUN_STORE" ${LAUNCH_FLAGS:-} $DEVICE_FLAGS $wait "$@" \
         || status=$?
     if [[ $status == 75 || $status == 130 ]]; then  # the launch was stopped by a signal: so is the runner
         echo "runner: grid $name: stopped by a signal (launch exited $status); run the runner again to continue" >&2

@@ -7,6 +7,9 @@
 #               steady-state and whole-process ratios, the median of 3 pairs
 #   locomotion  jax_steps_per_second.py: Kinetix locomotion size m at Table 2 (2,048 x 256) and at 16,384 envs
 #   sfl         sfl_steps_per_second.py first-update: ppo_kinetix_sfl.py --model mlp, size s, Table 3's 2,048 preset
+#   scaling     jax_steps_per_second.py over 1, 2, 4, 8 ... of the machine's GPUs (as many as it has), 2,048 locomotion
+#               envs (size m, 256 steps, Table 2's 8 x 32) per GPU, --shuffle per-env: steps/s per device as the envs
+#               are split over more of them (weak scaling; ppo_ewma_jax.py's multi-device runs)
 #   smoke       cuda_smoke.sh: every GPU script (torch and JAX) a few iterations on CUDA
 #   torch       the torch scripts compiled: cuda_smoke.sh's --compile --cudagraphs runs of the four (TORCH_SMOKE=0
 #               leaves them out; two of them took 66 and 75 s side by side on an H200), then vs_reference.py --bench
@@ -53,7 +56,7 @@ part() {  # part NAME LIMIT COMMAND...: run one command, its output to OUT_DIR/N
   [ $rc -eq 0 ] || failed=1
 }
 
-for p in ${PARTS:-device minatar locomotion sfl smoke}; do
+for p in ${PARTS:-device minatar locomotion scaling sfl smoke}; do
   case $p in
     device)
       variants=(); for v in ${VARIANTS:-}; do variants+=(--variant "$v"); done
@@ -70,6 +73,15 @@ for p in ${PARTS:-device minatar locomotion sfl smoke}; do
       for envs in 2048 16384; do
         part "locomotion_$envs" "${LIMIT_S:-300}" "$PY" jax_steps_per_second.py --env-size m --num-envs "$envs" --num-steps 256 \
           --iterations 4 --repeats 1 --json "$OUT_DIR/locomotion_$envs.json" -- --num-minibatches 32 --update-epochs 8
+      done ;;
+    scaling)
+      visible=$("$PY" -c "import jax; print(','.join(str(d.id) for d in jax.devices()))")  # (within CUDA_VISIBLE_DEVICES)
+      IFS=, read -ra ids <<< "${CUDA_VISIBLE_DEVICES:-$visible}"
+      for d in 1 2 4 8 16 32; do
+        (( d <= ${#ids[@]} )) || break
+        CUDA_VISIBLE_DEVICES="$(IFS=,; echo "${ids[*]:0:d}")" part "scaling_ewma_$d" "${LIMIT_S:-300}" "$PY" jax_steps_per_second.py \
+          --env-size m --num-envs $((2048 * d)) --num-steps 256 --iterations 4 --repeats 1 --json "$OUT_DIR/scaling_ewma_$d.json" \
+          -- --num-minibatches 32 --update-epochs 8 --shuffle per-env
       done ;;
     sfl)
       part sfl_first_update "${LIMIT_S:-300}" "$PY" sfl_steps_per_second.py first-update --env-size s --num-envs 2048 \
@@ -97,7 +109,7 @@ for p in ${PARTS:-device minatar locomotion sfl smoke}; do
           --bench ppo_atari --num-envs "$envs" --total-timesteps $((envs * 128 * ${TORCH_ITERATIONS:-24})) --pairs "$PAIRS" \
           --variant="--compile --cudagraphs" --json "$OUT_DIR/torch_ppo_atari_$envs.json"
       done ;;
-    *) echo "gpu_check: unknown part $p (device, minatar, locomotion, sizing, sfl, smoke, torch)" >&2; exit 2 ;;
+    *) echo "gpu_check: unknown part $p (device, minatar, locomotion, scaling, sizing, sfl, smoke, torch)" >&2; exit 2 ;;
   esac
 done
 exit $failed

@@ -8,7 +8,8 @@ the script from a temporary directory for --iterations iterations (no evaluation
 iteration from the wall times of its TensorBoard events, the first (compilation) dropped. Also
 reports the time from launch to the first logged iteration (mostly compilation). With --num-seeds K after --, the
 training steps/s are summed over the K seeds one process trains (the ratio is one seed's training against the random
-actions of one seed's envs).
+actions of one seed's envs). ppo_ewma_jax.py splits its envs over every device the process sees (CUDA_VISIBLE_DEVICES):
+the training steps/s are also given per device (the random actions run on one device).
 
     python benchmark/speed/jax_steps_per_second.py --env-size m --num-envs 512 --num-steps 32 --repeats 3
     python benchmark/speed/jax_steps_per_second.py --env-id ant --num-envs 256 --num-steps 10 --repeats 3
@@ -24,7 +25,7 @@ import numpy as np
 
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
-from benchmark.common import jax_machine, load_script, repeat_and_report, update_wall_times  # noqa: E402
+from benchmark.common import jax_machine, load_script, on_one_device, repeat_and_report, update_wall_times  # noqa: E402
 
 def script_of(env_id):
     """The script that trains env_id: ppo_ewma_jax.py (Kinetix locomotion, gymnax) or ppo_ewma_brax.py (Brax)."""
@@ -34,8 +35,9 @@ def script_of(env_id):
 def env_functions(module, args):
     """(reset(keys), step(keys, state, action) -> (obs, state, reward, ...), random action(key)) of the script's env."""
     env = module.make_env(args)
-    if not hasattr(env, "sample_levels"):  # ppo_ewma_brax.py: uniform in the action bounds
-        return env.reset, env.step, lambda key: jax.random.uniform(key, (args.num_envs, env.action_size), minval=-1.0, maxval=1.0)
+    if not hasattr(env, "sample_levels"):  # ppo_ewma_brax.py (its statistics pooled over the devices): uniform in the bounds
+        return (on_one_device(env.reset), on_one_device(env.step),
+                lambda key: jax.random.uniform(key, (args.num_envs, env.action_size), minval=-1.0, maxval=1.0))
     levels = jax.jit(env.sample_levels)(jax.random.PRNGKey(args.seed))
     dims = jnp.asarray(env.action_dims)
     ids = jnp.arange(args.num_envs) % args.num_morphologies
@@ -97,16 +99,20 @@ def main():
     seeds = int(opts.extra[opts.extra.index("--num-seeds") + 1]) if "--num-seeds" in opts.extra else 1
     batch = opts.num_envs * opts.num_steps
 
+    devices = getattr(args, "num_devices", 0) or 1  # the devices the script's copy splits its envs over
+
     def measure():
         raw = random_action_sps(module, args, opts.scans)
         train, first = train_sps(script, flags, opts.iterations, batch)
         train *= seeds  # summed over the seeds one process trains (--num-seeds after --)
         # the ratio per seed: the random-action rate is of one seed's envs
-        return {"raw_sps": raw, "train_sps": train, "ratio": train / seeds / raw, "first_iteration_s": first}
+        return {"raw_sps": raw, "train_sps": train, "ratio": train / seeds / raw, "first_iteration_s": first,
+                "devices": devices, "train_sps_per_device": train / devices}
 
     def describe(r):
-        return (f"random actions {r['raw_sps']:,.0f} steps/s, training {r['train_sps']:,.0f} steps/s, "
-                f"ratio {r['ratio']:.3f}, first iteration logged after {r['first_iteration_s']:.0f} s")
+        return (f"random actions {r['raw_sps']:,.0f} steps/s, training {r['train_sps']:,.0f} steps/s"
+                + (f" on {r['devices']:.0f} devices, {r['train_sps_per_device']:,.0f} per device" if r["devices"] > 1 else "")
+                + f", ratio {r['ratio']:.3f}, first iteration logged after {r['first_iteration_s']:.0f} s")
 
     repeat_and_report(opts, measure, describe,
                       f"{opts.env_id}{f' size {opts.env_size}' if opts.env_id == 'locomotion' else ''}, "

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for benchmark.common
-from benchmark.common import jax_machine, load_script, script_at  # noqa: E402
+from benchmark.common import jax_machine, load_script, on_one_device, script_at  # noqa: E402
 from vs_reference import BENCHES, PUREJAXRL_CONFIG, prepare_reference
 
 
@@ -87,11 +87,15 @@ def project_program(opts, ewma, overrides, xla):
                  hidden_size=64, num_layers=2, total_timesteps=opts.num_envs * opts.num_steps * 1000)
     flags.update(overrides)
     flags_of = getattr(ewma, "RunArgs", ewma.Args)  # earlier revisions: Args held the run's flags too
-    args = ewma.resolve_args(flags_of(**{k: v for k, v in flags.items() if k in flags_of.__dataclass_fields__}))
+    # one device (this process times the program of one): a revision that splits its envs over the devices is told so
+    one = {"num_devices": 1} if hasattr(ewma, "env_ids") else {}
+    args = ewma.resolve_args(flags_of(**{k: v for k, v in flags.items() if k in flags_of.__dataclass_fields__}), **one)
     if hasattr(ewma, "resolve_fuse_iterations"):  # earlier revisions resolve it with the other flags
         ewma.resolve_fuse_iterations(args)
     env = ewma.make_env(args)
     init, update, _, _ = ewma.make_train(args, env)
+    if hasattr(ewma, "env_ids"):  # a revision whose update runs on one device's share of the envs (jax.shard_map)
+        init, update = on_one_device(init), on_one_device(update)
     levels = env.sample_levels(jax.random.PRNGKey(0))
     runner = jax.jit(init)(jax.random.PRNGKey(1), levels)
     plain = jnp.zeros(args.fuse_iterations, bool)  # no dynamics/ metrics; a call with them is timed apart
