@@ -2,12 +2,17 @@
 (--xla_force_host_platform_device_count): one run on 1, 2 and 4 devices at the same total envs trains alike (the same
 episodes, losses and parameters, up to float summation order), with --num-seeds; a checkpoint of 4 devices resumes on
 1; the device flags' rules; the per-env dealing against the whole-batch one."""
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh, PartitionSpec as P
 
+from benchmark.common import ROOT
 from helpers import (FAST_COMPILE, assert_refused, finish, load_script, read_values, run_dirs, shared_runs,
                      sigterm_one_of_two_tasks, start_copy)
 
@@ -160,6 +165,41 @@ def test_per_env_rows_on_two_devices_are_the_rows_of_one_device():
         for m in range(4):
             positions = {(s, e) for s, e in zip(steps[m], envs[m]) if e // 4 == device}
             assert positions == {(s, e + 4 * device) for s, e in zip(*np.nonzero(local == m))}
+
+
+VARIANCE_ON_DEVICES = """
+import sys, jax, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+sys.path.insert(0, sys.argv[1])
+from benchmark.common import load_script
+variance = load_script("ppo_ewma_jax").variance
+rng = np.random.default_rng(0)
+cases = [rng.normal(3.0, 2.0, 64), rng.normal(-5.0, 0.5, 64), np.full(64, 7.5), np.r_[np.zeros(48), np.ones(16)],
+         np.arange(64.0), rng.standard_cauchy(64)]  # (the last two: the shares' means far apart)
+for n in (1, 2, 4):
+    mesh = Mesh(np.array(jax.devices()[:n]), ("d",))
+    pooled = jax.shard_map(variance, mesh=mesh, in_specs=P("d"), out_specs=P(), check_vma=False)
+    for x in cases:
+        x = x.astype(np.float32)
+        print(n, float(pooled(x)), float(np.var(x.astype(np.float64))), float(jax.numpy.var(x)))
+"""
+
+
+def test_variance_over_device_shares_is_the_variance_of_the_whole():
+    """variance() of the shares of 1, 2 and 4 devices is np.var of the whole batch (float64) to float32 precision, edge
+    cases included (a constant batch: exactly 0; shares whose means differ most: the between-device term carries it); on
+    one device it is jnp.var itself, bit for bit."""
+    result = subprocess.run([sys.executable, "-c", VARIANCE_ON_DEVICES, str(ROOT)], capture_output=True, text=True,
+                            env={**os.environ, **devices(4)}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert len(rows) == 18 and {int(r[0]) for r in rows} == {1, 2, 4}
+    for n, pooled, whole, jnp_var in ((int(r[0]), *map(float, r[1:])) for r in rows):
+        np.testing.assert_allclose(pooled, whole, rtol=1e-4, atol=1e-12)
+        if whole == 0.0:
+            assert pooled == 0.0
+        if n == 1:
+            assert pooled == jnp_var
 
 
 def test_two_processes_of_two_devices_train_like_one_device(runs, tmp_path, monkeypatch):
