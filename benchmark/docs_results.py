@@ -142,7 +142,8 @@ COMPARISONS = {
                               note="PureJaxRL anneals the learning rate once an iteration, ppo_ewma_jax.py after every "
                                    "minibatch step"),
     # The three below are fixed before any of their runs (pqn_atari's 6 runs then took 93 minutes on 2 cores, two at a
-    # time, about 105 steps/s for CleanRL's side and 119 for this project's; the other two are not timed). Where the runs
+    # time, about 105 steps/s for CleanRL's side and 119 for this project's; ppo_rnd's 49-78 minutes a run, two at a
+    # time beside other work). Where the runs
     # of both sides end below twice the game's random score (they did not leave the floor), the result is published as
     # found and saying so, and the fallback named is run as a new comparison beside it.
     # CleanRL's pqn_atari_envpool.py at its defaults (Breakout-v5, 8 x 128, 4 x 4 minibatches, lambda 0.65, epsilon
@@ -158,6 +159,13 @@ COMPARISONS = {
                           note="CleanRL's RND script always ends an episode at a lost life for training (envpool's "
                                "episodic_life=True, no flag), ppo_rnd.py never (Burda et al.'s setting); both report "
                                "whole-game returns"),
+    # ppo_rnd's fallback, fixed before its runs (every run of ppo_rnd on Phoenix-v5 ended below twice Phoenix's random
+    # score, 761.4: neither side left the floor): the same two scripts and settings on Qbert-v5 (random score 163.9)
+    "ppo_rnd_qbert": Comparison("ppo_rnd", "CleanRL ppo_rnd_envpool.py", "Qbert-v5", 8, 128, 204_800, [1, 2, 3],
+                                obs_norm_init=5,
+                                note="CleanRL's RND script always ends an episode at a lost life for training (envpool's "
+                                     "episodic_life=True, no flag), ppo_rnd.py never (Burda et al.'s setting); both report "
+                                     "whole-game returns"),
     # CleanRL's ppo_procgen.py at its defaults (starpilot, easy, all levels, lr 5e-4, gamma 0.999, 8 minibatches x 3
     # epochs) against ppo_procgen_envpool.py at the same flags, 16 envs x 256 steps (CleanRL's 64: four times the batch of
     # a CPU iteration), 163,840 steps (40 iterations), seeds 1-3. Fallback: BigfishEasy-v0 / bigfish
