@@ -50,7 +50,7 @@ XLA_PYTHON_CLIENT_PREALLOCATE=false unless the environment sets JAX's memory alr
 array through submitit (--slurm-* flags; --no-wait returns once submitted, and a later launch leaves a run that
 an earlier one's job still holds, as squeue lists it, to that job); it needs Slurm's sbatch on PATH (else it is
 refused: a dry run needs none); --slurm-cluster debug/local runs that path here. A run of several processes
-(--slurm-nodes N --slurm-tasks-per-node G: ppo_kinetix_sfl over N nodes of G GPUs) starts one process per task,
+(--slurm-nodes N --slurm-tasks-per-node G: a JAX script over N nodes of G GPUs) starts one process per task,
 joined by jax.distributed with task 0 as the coordinator; task 0 keeps the run's lock, log and status, task r logs
 to stdout.task<r>.log.
 """
@@ -880,7 +880,7 @@ def build_parser():
     parser.add_argument("--workers", type=int, default=1, help="local runs at once")
     parser.add_argument("--gpus-per-run", type=int, default=1,
                         help="local runs: GPUs of CUDA_VISIBLE_DEVICES each run gets, consecutive (a script that splits its envs "
-                             "over every device it sees, ppo_ewma_jax and ppo_kinetix_sfl, then runs on them all)")
+                             "over every device it sees, the JAX scripts, then runs on them all)")
     parser.add_argument("--seeds-per-process", type=int, default=0,
                         help="scripts with --num-seeds (ppo_ewma_jax, ppo_ewma_brax): runs that differ only in consecutive seeds train "
                              "in one process, up to this many (0: up to 8 while the pack's batches stay within 262,144 "

@@ -11,7 +11,10 @@ papers' Isaac Gym runs (stagnation Fig. 10, the data-collection rebuttal's N_env
   centre of mass C minibatch steps; openai/ppo-ewma's loss and bias-corrected EWMA; without the flag, standard PPO;
 - the scaling recipes of §5 / App. D; checkpoints that can be resumed with a new COM or clip epsilon (Fig. 3a);
 - the learning-dynamics metrics of the data-collection paper (App. B), computed inside the jitted update on a sample of
-  the batch every --dynamics-every iterations.
+  the batch every --dynamics-every iterations;
+- every visible device, and every process of a cluster with --distributed: `jax.shard_map` splits the envs over the
+  devices, each holding an equal share of every minibatch (--shuffle per-env), the gradients, the advantages' and the
+  normalisation's statistics averaged over them: one run on D devices trains as one run on one device.
 PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of them scanned in
 one call; the host loop logs a call's stacked metrics while the next call runs, and checkpoints. Below the
 appendix line: the run's plumbing.
@@ -41,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax.linen.initializers import constant, orthogonal
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 KL_CHUNK = 262_144  # states a forward pass of the KL after the update takes at most (its activations' memory)
 
@@ -140,12 +144,20 @@ class Args:
     """train seeds --seed, --seed + 1, ... in one vmapped program, as PureJaxRL vmaps `train`; each writes its own run,
     drawing the random numbers it would alone: only the floating-point order differs, so its numbers agree with the
     lone run's closely at first, then drift apart as two runs on different hardware do"""
+    # Devices (the envs split over every device of every process; the distributed flags: below, in the run's plumbing)
+    shuffle: str = "auto"
+    """how each epoch deals the batch into minibatches: `batch` shuffles the whole batch (PureJaxRL's; one device only);
+    `per-env` shuffles each env's steps and gives every env, so every device, an equal share of each minibatch, each env
+    drawing its actions and resets from its own random stream (Kinetix SFL's dealing: the same run on any number of
+    devices); auto: batch on one device, per-env on several"""
+
 
 
 # ---- Flag rules (the generic ones, and RunArgs' run flags: below, in the run's plumbing); what a checkpoint holds
 BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}
 ITERATION = "iteration"  # what the logs call one rollout and update
+SHUFFLES = ("auto", "batch", "per-env")
 FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
     ("must be positive", lambda v: v > 0, ("num_envs", "num_steps", "update_epochs", "total_timesteps", "hidden_size",
                                            "num_layers", "dynamics_batch", "num_seeds", "learning_rate", "max_grad_norm",
@@ -157,10 +169,10 @@ FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
     ("must be 0 (no bound) or >= 1", lambda v: v == 0 or v >= 1, ("imp_samp_max",)),  # below 1: biased on-policy samples
     (f"must be one of {', '.join(ACTIVATIONS)}", lambda v: v in ACTIVATIONS, ("activation",)),
     (f"must be one of {', '.join(BRAX_BACKENDS)}", lambda v: v in BRAX_BACKENDS, ("brax_backend",)),
+    (f"must be one of {', '.join(SHUFFLES)}", lambda v: v in SHUFFLES, ("shuffle",)),
 )
-# RunArgs' run flags this script does not use: given, they are refused
-UNUSED_RUN_FLAGS = dict.fromkeys(("distributed", "coordinator_address", "num_processes", "process_id", "num_devices"),
-                                 "it trains on one device of one process")
+# RunArgs' run flags this script does not use: given, they are refused (it uses every one)
+UNUSED_RUN_FLAGS = {}
 # a checkpoint holds the runner state (parameters, optimiser, EWMA, Brax's states with the normalisation statistics,
 # rng), each seed's, with a seed axis for several seeds; these flags fix their shapes (every other may change on --resume)
 STRUCTURAL_FLAGS = ("env_id", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend", "num_seeds")
@@ -173,7 +185,16 @@ def brax_env_ids():
 
 
 def check_args(args, num_devices=None):
-    """The rules FLAG_RULES cannot say, and the computed fields (the appendix's resolve_args calls it)."""
+    """The rules FLAG_RULES cannot say, and the computed fields (the appendix's resolve_args calls it). `num_devices`: the
+    devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize, or in a
+    launcher that must not start a device backend: checked as one device, --shuffle auto left to the run)."""
+    args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
+    if args.shuffle == "auto" and num_devices != 0:  # (a count not known yet leaves it to the run)
+        args.shuffle = "batch" if args.num_devices == 1 else "per-env"
+    if args.shuffle == "batch" and args.num_devices > 1:
+        raise BadFlag(f"--shuffle batch deals the whole batch on one device: on {args.num_devices} devices use per-env (or auto)")
+    if args.num_envs % args.num_devices:
+        raise BadFlag(f"--num-envs {args.num_envs} must be divisible by the {args.num_devices} devices (each steps an equal share)")
     if args.env_id not in brax_env_ids():
         raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
     import mujoco  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
@@ -189,6 +210,12 @@ def check_args(args, num_devices=None):
     if args.imp_samp_max is None:
         args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
     resolve_batch(args)
+    # per-env: each epoch deals the steps of blocks of M / gcd(M, T) envs out (minibatch_ids); a device holds whole blocks
+    m, t, local_envs = args.num_minibatches, args.num_steps, args.num_envs // args.num_devices
+    if args.shuffle == "per-env" and local_envs % (m // math.gcd(m, t)):
+        raise BadFlag(f"--shuffle per-env: the {local_envs} envs {'per device ' * (args.num_devices > 1)}must be a multiple of "
+                      f"--num-minibatches / gcd(--num-minibatches, --num-steps) = {m // math.gcd(m, t)} (the envs whose steps fill "
+                      "every minibatch equally)")
     if args.num_iterations * args.update_epochs * args.num_minibatches >= 2**31:
         raise BadFlag(f"--total-timesteps {args.total_timesteps} gives {args.num_iterations} iterations of "
                       f"{args.update_epochs * args.num_minibatches} minibatch steps: at most 2^31 - 1 steps (optax counts them "
@@ -222,7 +249,8 @@ class EnvFns(NamedTuple):
 
 
 class RunningStats(NamedTuple):
-    """Running mean and variance over every env's values so far (PureJaxRL's NormalizeVec* wrappers)."""
+    """Running mean and variance over every env's values so far (PureJaxRL's NormalizeVec* wrappers), of every device's
+    envs: the same on each device."""
     mean: jnp.ndarray
     var: jnp.ndarray
     count: jnp.ndarray
@@ -232,8 +260,14 @@ class RunningStats(NamedTuple):
         return cls(jnp.zeros(shape), jnp.ones(shape), jnp.asarray(1e-4, jnp.float32))
 
     def update(self, batch):
-        """Merge the statistics of a batch (its first axis: the envs): Chan et al.'s parallel update, as PureJaxRL."""
+        """Merge the statistics of a batch (its first axis: this device's envs; every device's, pooled over the devices'
+        axis "d" with equal shares): Chan et al.'s parallel update, as PureJaxRL."""
         batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        devices = jax.lax.axis_size("d")
+        if devices > 1:  # the whole batch's: the mean of the shares' variances and of their means' squared spread
+            mean = jax.lax.pmean(batch_mean, "d")
+            batch_var = jax.lax.pmean(batch_var + (batch_mean - mean) ** 2, "d")
+            batch_mean, batch_count = mean, batch_count * devices
         delta = batch_mean - self.mean
         total = self.count + batch_count
         m2 = self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total
@@ -263,7 +297,8 @@ def make_env(args):
     NormalizeVecObservation, NormalizeVecReward): episodes of BRAX_EPISODE_LENGTH steps, auto-reset (Brax's
     AutoResetWrapper: an env restarts from its own first state), actions clipped to [-1, 1], observations normalised by
     the running statistics after this step's update, rewards divided by the running std of the discounted return.
-    The statistics live in the env state, so checkpoints keep them."""
+    The statistics live in the env state, so checkpoints keep them. reset and step run on one device's envs, under
+    jax.shard_map over the devices (the statistics pooled over them)."""
     brax_envs = import_brax_envs()
 
     env = brax_envs.create(args.env_id, episode_length=BRAX_EPISODE_LENGTH, auto_reset=True, backend=args.brax_backend)
@@ -463,7 +498,94 @@ def policy_variance(dist):
     return dist[..., 0, :].var(axis=0).mean()
 
 
-# ---- Training, PureJaxRL style: one jitted `update` = rollout + GAE + epochs x minibatches
+# ---- Devices: the envs split over every device (jax.shard_map over the axis "d", in `train`); these functions run on
+# one device's share. --shuffle per-env makes every random number of an env its own (the same on any device count).
+def env_ids(args):
+    """The global ids of this device's envs."""
+    num_envs = args.num_envs // args.num_devices
+    return jax.lax.axis_index("d") * num_envs + jnp.arange(num_envs)
+
+
+def env_keys(args, rng):
+    """A key for each of this device's envs: one split over the envs (--shuffle batch, one device), or folded from each
+    env's global id (per-env)."""
+    if args.shuffle == "per-env":
+        return jax.vmap(jax.random.fold_in, (None, 0))(rng, env_ids(args))
+    return jax.random.split(rng, args.num_envs)
+
+
+def sample_actions(args, rng, dist):
+    """An action of each of this device's envs from the policy's mean and log-std (envs, 2, A)."""
+    if args.shuffle == "per-env":
+        return jax.vmap(sample_action)(env_keys(args, rng), dist)
+    return sample_action(rng, dist)
+
+
+def minibatch_rows(args, rng):
+    """(minibatches, rows): the rows of this device's flattened batch (steps x envs) each minibatch of an epoch takes:
+    a shuffle of the whole batch (--shuffle batch, PureJaxRL's), or each env's steps dealt out (per-env)."""
+    batch_size, minibatch_size = args.batch_size // args.num_devices, args.minibatch_size // args.num_devices
+    if args.shuffle == "per-env":
+        ids = minibatch_ids(rng, env_ids(args), args.num_steps, args.num_minibatches)
+        return jnp.argsort(ids.reshape(-1), stable=True).reshape(args.num_minibatches, minibatch_size)
+    return jax.random.permutation(rng, batch_size).reshape(args.num_minibatches, minibatch_size)
+
+
+def variance(x):
+    """jnp.var of x over every device's equal share: the mean of the shares' variances and of their means' squared
+    distances to the whole's (on one device, jnp.var itself)."""
+    if jax.lax.axis_size("d") == 1:
+        return jnp.var(x)
+    mean = x.mean()
+    return jax.lax.pmean(jnp.var(x) + (mean - jax.lax.pmean(mean, "d")) ** 2, "d")
+
+
+def sample_states(args, rows, rng):
+    """`rows` (a tuple of the flattened batch's arrays) at --dynamics-batch states of the batch, on every device: a random
+    sample of the batch (--shuffle batch), or (per-env) the states of lowest random 32-bit score, each drawn from its
+    env's own stream, ties broken by the state's place in the whole batch: the same states on any number of devices."""
+    size, batch_size = min(args.dynamics_batch, args.batch_size), args.batch_size // args.num_devices
+    if args.shuffle != "per-env":
+        sample = jax.random.permutation(rng, batch_size)[:size]
+        return jax.tree.map(lambda x: x[sample], rows)
+    ids = env_ids(args)
+    scores = jax.vmap(lambda env: jax.random.bits(jax.random.fold_in(rng, env), (args.num_steps,)), out_axes=1)(ids)
+    position = jnp.arange(args.num_steps)[:, None] * args.num_envs + ids  # (step, env) in the whole batch
+    scores, position = scores.reshape(-1), position.reshape(-1)  # as the batch is flattened: steps x envs
+
+    def lowest(scores, position, n):
+        return jax.lax.sort((scores, position, jnp.arange(len(scores))), num_keys=2)[2][:n]
+
+    local = lowest(scores, position, min(size, batch_size))  # this device's candidates, then every device's
+    candidates = jax.lax.all_gather((scores[local], position[local], jax.tree.map(lambda x: x[local], rows)), "d", tiled=True)
+    picked = lowest(candidates[0], candidates[1], size)
+    return jax.tree.map(lambda x: x[picked], candidates[2])
+
+
+def minibatch_ids(rng, global_ids, num_steps, num_minibatches):
+    """(num_steps, envs) minibatch index of every transition, decided per env so that it does not depend on the devices
+    (--shuffle per-env).
+
+    The envs form blocks of B = M / gcd(M, T) consecutive global ids, whose B x T steps fill every one of the M
+    minibatches equally (B x T is a multiple of M). Each epoch, the envs of a block are put in a new random order
+    (positions p), each env's steps are shuffled (its own permutation), and step j of the env at position p goes to
+    minibatch (p T + j + offset) mod M, the offset a random turn of the epoch. So every minibatch gets an equal share
+    of every block, and of every device (which holds whole blocks); with M | T every env gives T / M steps to each
+    minibatch (B = 1), with T | M its T steps go to T different ones; which envs share a minibatch changes from epoch
+    to epoch (as Kinetix's per-epoch env permutation does)."""
+    block = num_minibatches // math.gcd(num_minibatches, num_steps)
+    k_steps, k_blocks, k_offset = jax.random.split(rng, 3)
+    offset = jax.random.randint(k_offset, (), 0, num_minibatches)
+
+    def per_env(env_id):
+        steps = jax.random.permutation(jax.random.fold_in(k_steps, env_id), num_steps)
+        position = jax.random.permutation(jax.random.fold_in(k_blocks, env_id // block), block)[env_id % block]
+        return (position * num_steps + steps + offset) % num_minibatches
+
+    return jax.vmap(per_env, out_axes=1)(global_ids)
+
+
+# ---- Training, PureJaxRL style: one jitted `update` = rollout + GAE + epochs x minibatches, of one device's envs
 class Transition(NamedTuple):
     obs: jnp.ndarray
     action: jnp.ndarray
@@ -487,7 +609,9 @@ class RunnerState(NamedTuple):
 
 
 def make_train(args, env):
-    """(init, update, learning-rate schedule) for these flags, PureJaxRL style."""
+    """(init, update, learning-rate schedule) for these flags, PureJaxRL style. init and update are the functions of one
+    device's share of the envs, run under `jax.shard_map` over the devices' axis "d" (`train`): the parameters are the
+    same on every device, the minibatches' gradients and statistics averaged over them."""
     actor = GaussianActor(args.hidden_size, args.num_layers, env.action_size, args.activation)
     critic = MLP(args.hidden_size, args.num_layers, 1, 1.0, args.activation)
     unroll = max(args.unroll, 1)  # (lax.scan would read 0, --unroll's "by the device", as "the whole loop")
@@ -514,13 +638,15 @@ def make_train(args, env):
     def value_fn(critic_params, obs):
         return critic.apply(critic_params, obs)[..., 0]
 
+    num_envs, batch_size = args.num_envs // args.num_devices, args.batch_size // args.num_devices  # this device's share
+
     def init(rng):
         rng, k_actor, k_critic, _, _, k_reset = jax.random.split(rng, 6)  # the Kinetix/gymnax script's keys: a seed's same draws
         dummy = jnp.zeros((1, env.obs_dim))
         params = {"actor": actor.init(k_actor, dummy), "critic": critic.init(k_critic, dummy)}
-        obs, env_state = env.reset(jax.random.split(k_reset, args.num_envs))
+        obs, env_state = env.reset(env_keys(args, k_reset))
         env_state = jax.tree.map(lambda x: jnp.asarray(x, dtype=x.dtype), env_state)  # drop weak types: one compile of update
-        zeros = jnp.zeros(args.num_envs)
+        zeros = jnp.zeros(num_envs)
         return RunnerState(params, tx.init(params), params["actor"], jnp.ones(()), env_state, obs, zeros, zeros, rng)
 
     def loss_fn(params, prox_logprob, mb, advantages, targets, h):
@@ -539,21 +665,22 @@ def make_train(args, env):
         return loss, (pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac)
 
     def minibatch_grads(params, prox_params, minibatch, h):
-        """(gradient of the loss on one minibatch, the loss's statistics); the advantages are normalised here."""
+        """(gradient of the loss on one minibatch, the loss's statistics), each averaged over the devices' equal shares of
+        the minibatch; the advantages are normalised here, by the whole minibatch's statistics."""
         mb, mb_advantages, mb_targets = minibatch
         if args.norm_adv:
-            mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+            mean = jax.lax.pmean(mb_advantages.mean(), "d")
+            mb_advantages = (mb_advantages - mean) / (jnp.sqrt(variance(mb_advantages)) + 1e-8)
         prox_logprob = log_prob(policy(prox_params, mb.obs), mb.action) if ewma else mb.logprob
         (_, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, prox_logprob, mb, mb_advantages, mb_targets, h)
-        return grads, aux
+        return jax.lax.pmean((grads, aux), "d")
 
-    def dynamics_metrics(params, first_grads, batch, rng):
+    def dynamics_metrics(params, first_grads, sample):
         """App. B's metrics after the update on a sample of --dynamics-batch states of the batch (the torch scripts'
         `dynamics_metrics`), and the kurtosis of the first minibatch's raw gradient (before clipping)."""
-        obs, action, behav_logprob = batch.obs, batch.action, batch.logprob
-        sample = jax.random.permutation(rng, args.batch_size)[: min(args.dynamics_batch, args.batch_size)]
-        dist, actor_hidden = actor.apply(params["actor"], obs[sample], True)
-        _, critic_hidden = critic.apply(params["critic"], obs[sample], True)
+        obs, action, behav_logprob = sample
+        dist, actor_hidden = actor.apply(params["actor"], obs, True)
+        _, critic_hidden = critic.apply(params["critic"], obs, True)
         return {
             "dynamics/weight_norm": weight_norm(params),
             "dynamics/feature_rank": feature_rank(actor_hidden[-1]).astype(jnp.float32),
@@ -561,7 +688,7 @@ def make_train(args, env):
             "dynamics/feature_rank_critic": feature_rank(critic_hidden[-1]).astype(jnp.float32),
             "dynamics/dormant_pct_critic": dormant_percentage(critic_hidden, args.dormant_tau),
             "dynamics/policy_variance": policy_variance(dist),
-            "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(dist, action[sample]) - behav_logprob[sample])),
+            "dynamics/ess_pct": ess_percentage(jnp.exp(log_prob(dist, action) - behav_logprob)),
             "dynamics/grad_kurtosis": grad_kurtosis(first_grads),
         }
 
@@ -569,9 +696,10 @@ def make_train(args, env):
     def measured(start_params, prox_params, params, batch, first_epoch_key, k_epochs, h):
         """The dynamics/ metrics of an iteration."""
         # the first minibatch of the first epoch, as update_epoch draws it, at the parameters it saw: its raw gradient
-        first = jax.random.permutation(first_epoch_key, args.batch_size)[: args.minibatch_size]
+        first = minibatch_rows(args, first_epoch_key)[0]
         first_grads, _ = minibatch_grads(start_params, prox_params, jax.tree.map(lambda x: x[first], batch), h)
-        return dynamics_metrics(params, first_grads, batch[0], jax.random.fold_in(k_epochs, args.update_epochs))
+        return dynamics_metrics(params, first_grads, sample_states(args, (batch[0].obs, batch[0].action, batch[0].logprob),
+                                                                    jax.random.fold_in(k_epochs, args.update_epochs)))
 
     def update(runner, measure=False, hyper=None):
         """One iteration: rollout, GAE, epochs x minibatches; `measure` (a traced bool) adds the dynamics/ metrics.
@@ -584,9 +712,9 @@ def make_train(args, env):
         def env_step(runner, _):
             rng, k_action, k_env, _ = jax.random.split(runner.rng, 4)
             dist = policy(runner.params["actor"], runner.obs)
-            action = sample_action(k_action, dist)
+            action = sample_actions(args, k_action, dist)
             value = value_fn(runner.params["critic"], runner.obs)
-            obs, env_state, reward, done, score = env.step(jax.random.split(k_env, args.num_envs), runner.env_state, action)
+            obs, env_state, reward, done, score = env.step(env_keys(args, k_env), runner.env_state, action)
             episode_return = runner.episode_return + score
             episode_length = runner.episode_length + 1
             stats = (done, episode_return * done, episode_length * done)
@@ -614,15 +742,13 @@ def make_train(args, env):
                                                                    optax.global_norm(grads["actor"]))
 
         # flattened once; the behaviour log-probs only feed the KL pass below, so they are not shuffled
-        batch = jax.tree.map(lambda x: x.reshape((args.batch_size,) + x.shape[2:]),
+        batch = jax.tree.map(lambda x: x.reshape((batch_size,) + x.shape[2:]),
                              (traj._replace(behav_dist=None), advantages, targets))
 
         def update_epoch(carry, rng):
             # each minibatch gathers its rows of the batch where it is used: no shuffled copy of the whole batch
-            permutation = jax.random.permutation(rng, args.batch_size)
-            minibatch_rows = permutation.reshape(args.num_minibatches, args.minibatch_size)
             return jax.lax.scan(lambda carry, rows: update_minibatch(carry, jax.tree.map(lambda x: x[rows], batch)),
-                                carry, minibatch_rows, unroll=unroll)
+                                carry, minibatch_rows(args, rng), unroll=unroll)
 
         rng, k_epochs = jax.random.split(runner.rng)
         epoch_keys = jax.random.split(k_epochs, args.update_epochs)
@@ -646,13 +772,14 @@ def make_train(args, env):
             return kl_divergence(behav_dist, new_dist).sum(), prox_kl
 
         num_chunks = next(c for c in range(1, args.num_minibatches + 1)
-                          if args.num_minibatches % c == 0 and (args.batch_size // c <= KL_CHUNK or c == args.num_minibatches))
-        chunks = jax.tree.map(lambda x: x.reshape((num_chunks, args.batch_size // num_chunks) + x.shape[2:]),
+                          if args.num_minibatches % c == 0 and (batch_size // c <= KL_CHUNK or c == args.num_minibatches))
+        chunks = jax.tree.map(lambda x: x.reshape((num_chunks, batch_size // num_chunks) + x.shape[2:]),
                               (traj.obs, traj.behav_dist))
         kl_sums, prox_kl_sums = jax.lax.map(batch_kls, chunks)  # (a scan unrolled here crashed XLA:GPU at 524,288 envs)
+        kl_sum, prox_kl_sum = jax.lax.psum((kl_sums.sum(), prox_kl_sums.sum()), "d")  # over every device's share
         pg_loss, v_loss, entropy_loss, clipfrac, imp_samp_clipfrac, grad_norm, grad_norm_actor = jax.tree.map(jnp.mean, losses)
         diff = jax.tree.map(lambda a, b: a - b, params, start_params)
-        done, ret_sum, len_sum = jax.tree.map(jnp.sum, stats)
+        done, ret_sum, len_sum = jax.lax.psum(jax.tree.map(jnp.sum, stats), "d")
         metrics = {
             "losses/policy_loss": pg_loss,
             "losses/value_loss": v_loss,
@@ -661,16 +788,16 @@ def make_train(args, env):
             "losses/imp_samp_clipfrac": imp_samp_clipfrac,
             "losses/grad_norm": grad_norm,
             "losses/grad_norm_actor": grad_norm_actor,
-            "losses/approx_kl": kl_sums.sum() / args.batch_size,
+            "losses/approx_kl": kl_sum / args.batch_size,
             "charts/update_norm": optax.global_norm(diff),
             "charts/update_norm_actor": optax.global_norm(diff["actor"]),
-            "losses/explained_variance": 1.0 - jnp.var(targets - traj.value) / jnp.var(targets),
+            "losses/explained_variance": 1.0 - variance(targets - traj.value) / variance(targets),
             "episodes": done,
             "episode_return_sum": ret_sum,
             "episode_length_sum": len_sum,
         }
         if ewma:
-            metrics["losses/prox_kl"] = prox_kl_sums.sum() / args.batch_size
+            metrics["losses/prox_kl"] = prox_kl_sum / args.batch_size
         return runner, {**metrics, **dynamics}
 
     return init, fuse(jax.jit(update)), schedule
@@ -694,6 +821,8 @@ def describe(args, seeds, start_iteration):
           f"{args.num_minibatches} minibatches of {args.minibatch_size}, lr {args.learning_rate:g} (recipe "
           f"{args.scaling_recipe}), {args.update_epochs} epochs, clip {args.clip_coef:g}"
           + (f"; seeds {seeds[0]}..{seeds[-1]} in one program" if args.num_seeds > 1 else "")
+          + (f"; {args.num_devices} devices in {jax.process_count()} process(es), shuffle {args.shuffle}" if args.num_devices > 1
+             else f"; shuffle {args.shuffle}" if args.shuffle != "batch" else "")
           + (f"; resuming {args.resume} after iteration {start_iteration}" if args.resume else ""))
     if args.ewma_com is not None:
         steps = args.update_epochs * args.num_minibatches
@@ -703,31 +832,51 @@ def describe(args, seeds, start_iteration):
 
 
 def train(args, run):
-    """PureJaxRL's train(rng), one call at a time: each seed's state, then for each call its iterations, logged."""
+    """PureJaxRL's train(rng), one call at a time: each seed's state, then for each call its iterations, logged. The
+    envs are split over every device (of every process): the arrays of the envs' state by their env axis, the rest
+    (parameters, optimiser, EWMA, keys, the normalisation's statistics) the same on each."""
     env = make_env(args)
     init, update, schedule = make_train(args, env)
+    if jax.device_count() != args.num_devices:  # each device's share was resolved for another count
+        raise BadFlag(f"the flags were resolved for {args.num_devices} devices; this process sees {jax.device_count()}")
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    envs = P(None, "d")  # (seeds, envs, ...): each device its share of the envs
+    runner_specs = RunnerState(P(), P(), P(), P(), BraxState(envs, P(), P(), envs), envs, envs, envs, P())
+    shard = partial(jax.shard_map, mesh=mesh, check_vma=False)
+
+    def place(tree, specs):
+        """Host arrays (or shapes) -> global arrays (or shapes) laid out over the devices as `specs` (a prefix of tree) says."""
+        def put(spec, sub):
+            sharding = NamedSharding(mesh, spec)
+            if isinstance(jax.tree.leaves(sub)[0], jax.ShapeDtypeStruct):
+                return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), sub)
+            return jax.tree.map(lambda x: jax.make_array_from_callback(np.shape(x), sharding, lambda i: np.asarray(x)[i]), sub)
+        return jax.tree.map(put, specs, tree, is_leaf=lambda x: isinstance(x, P))
+
     # --num-seeds: each seed's keys as a lone run makes them; every array below has a leading seed axis
     seeds = [args.seed + i for i in range(args.num_seeds)]
     # (seeds, [rng, levels, init]): the Kinetix/gymnax script's split, whose second key samples its levels
-    k_init = jnp.stack([jax.random.split(jax.random.PRNGKey(seed), 3) for seed in seeds])[:, 2]
-    start = jax.jit(jax.vmap(init))  # jitted: eval_shape's trace is reused by the call
-    shape = jax.eval_shape(start, k_init)
+    k_init = np.stack([jax.random.split(jax.random.PRNGKey(seed), 3) for seed in seeds])[:, 2]
+    start = jax.jit(shard(jax.vmap(init), in_specs=P(), out_specs=runner_specs))
+    shape = place(jax.eval_shape(start, k_init), runner_specs)
     if args.resume is not None:
-        runner = run.restore_seeds(shape)
-    train_call, tags = over_seeds(update, args.num_seeds)
-    hyper = hyperparameters(args)  # traced: other values of these flags run the same program
-    slots = jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_)
+        runner = place(run.restore_seeds(shape), runner_specs)
+    train_call, tags = over_seeds(update, args.num_seeds, over=partial(
+        shard, in_specs=(runner_specs, P(), P(), P()), out_specs=(runner_specs, P())))
+    hyper = place(hyperparameters(args), P())  # traced: other values of these flags run the same program
+    slots = place(jax.ShapeDtypeStruct((args.fuse_iterations,), jnp.bool_), P())
     (train_call,) = run.compile(lambda f=train_call: f.lower(shape, slots, slots, hyper).compile())  # on another thread
     stamp = int(time.time())
     run.start([f"{args.env_id}__{args.exp_name}__{seed}__{stamp}" for seed in seeds], schedule)
-    describe(args, seeds, run.start_iteration)
+    if run.lead:
+        describe(args, seeds, run.start_iteration)
     if args.resume is None:
-        runner = start(k_init)
+        runner = start(place(k_init, P()))
     (train_call,) = run.begin(train_call)
     for first, last, active in run.calls():
         numbers = np.arange(first, first + args.fuse_iterations)
         measure = active & (args.dynamics_every > 0) & ((numbers % max(args.dynamics_every, 1) == 0) | (numbers == 1))
-        runner, scalars = train_call(runner, measure, active, hyper)
+        runner, scalars = train_call(runner, *place((measure, active), P()), hyper)
         run.log(first, last, partial(call_metrics, scalars, tags, measure, active))
         run.checkpoint(lambda: run.seeds_state(runner))
     return run.finish()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from helpers import (assert_bad_input, assert_refused, load_script, on_one_device, read_values, run_copy, run_dirs,
-                     shared_runs)
+from helpers import (FAST_COMPILE, assert_bad_input, assert_refused, finish, load_script, on_one_device, read_values,
+                     run_copy, run_dirs, shared_runs, start_copy)
 
 SCRIPT = "ppo_ewma_brax"
 # its runs compile at XLA's optimisation level 0 (conftest.py), but the one that learns (default_compile)
@@ -298,3 +298,37 @@ def test_inverted_pendulum_learns(tmp_path):
     returns = read_values(run_dirs(tmp_path)[0])[0]["charts/episodic_return"]
     assert max(returns[-20:]) >= 500, returns[-20:]
 
+
+# ---- several devices (forced CPU host devices), as tests/test_ppo_ewma_jax_devices.py checks the gymnax script --------
+def test_two_devices_train_as_one_device_with_the_normalisation_pooled_over_them(tmp_path):
+    """Ant at 16 envs x 10 steps, 5 minibatches, --shuffle per-env, 2 seeds, 2 iterations: on 2 devices (8 envs each) the
+    same losses, KLs and dynamics/ metrics as on 1 device, and the same checkpoint: parameters, Brax states and the
+    observation and return statistics, pooled over both devices' envs (PureJaxRL's normalisation of all 16; a device's
+    own 8 would differ in every leaf of the statistics). Up to float summation order: Ant's contacts amplify it, so the
+    runs are compared over their first 2 iterations (at 4, the losses drift apart by 2e-3 relative)."""
+    flags = ["--env-id", "ant", "--num-envs", "16", "--num-steps", "10", "--num-minibatches", "5", "--total-timesteps", "320",
+             "--ewma-com", "4", "--shuffle", "per-env", "--num-seeds", "2", "--dynamics-every", "1", "--dynamics-batch", "64",
+             "--save-every", "2"]  # per-env: the 5 minibatches divide the 10 steps
+    started = {n: start_copy(SCRIPT, flags, tmp_path / f"devices_{n}", extra_env={
+        "XLA_FLAGS": f"{FAST_COMPILE} --xla_force_host_platform_device_count={n}"}) for n in (1, 2)}
+    results = {n: finish(process, 1200) for n, process in started.items()}
+    assert all(r.returncode == 0 for r in results.values()), results[2].stderr[-3000:] + results[1].stderr[-3000:]
+    assert "2 devices in 1 process(es), shuffle per-env" in results[2].stdout
+    runs = {n: run_dirs(tmp_path / f"devices_{n}") for n in (1, 2)}
+    assert len(runs[1]) == len(runs[2]) == 2
+    for many, one in zip(runs[2], runs[1]):
+        many, one = read_values(many)[0], read_values(one)[0]
+        for tag in ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/prox_kl",
+                    "losses/grad_norm", "losses/explained_variance", "charts/update_norm", "dynamics/feature_rank",
+                    "dynamics/ess_pct", "dynamics/policy_variance", "dynamics/grad_kurtosis"]:
+            assert len(one[tag]) == 2, tag
+            # (the kurtosis, a fourth moment over a variance squared, amplifies the gradients' float differences most)
+            np.testing.assert_allclose(many[tag], one[tag], rtol=1e-2 if tag == "dynamics/grad_kurtosis" else 1e-3,
+                                       atol=1e-5, err_msg=tag)
+    ewma = load_script(SCRIPT)
+    many, one = (ewma.read_checkpoint(runs[n][0] / "checkpoints" / "iter_2.npz")[1] for n in (2, 1))
+    assert len(many) == len(one) > 10
+    for a, b in zip(many, one):
+        assert a.shape == b.shape
+        per_env = a.ndim >= 2 and a.shape[1] == 16  # (seeds, envs, ...): the bodies, whose contacts amplify float order
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-2 if per_env else 1e-5)
