@@ -609,7 +609,7 @@ def checkpoint_args(path):
 
 
 def checkpoint_seeds(path):
-    """The number of seeds a checkpoint holds (ppo_ewma_jax.py's --num-seeds in its metadata; 1 for any other)."""
+    """The number of seeds a checkpoint holds (the PPO-EWMA scripts' --num-seeds in its metadata; 1 for any other)."""
     return int(checkpoint_args(path).get("num_seeds", 1))
 
 

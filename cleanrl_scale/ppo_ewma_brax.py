@@ -152,7 +152,6 @@ class Args:
     devices); auto: batch on one device, per-env on several"""
 
 
-
 # ---- Flag rules (the generic ones, and RunArgs' run flags: below, in the run's plumbing); what a checkpoint holds
 BRAX_BACKENDS = ("positional", "generalized", "spring", "mjx")
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu}

@@ -2,13 +2,19 @@
 entropy, exact KL and policy variance against their closed forms (scipy and numpy, on random inputs and edge cases),
 the running normalisation against PureJaxRL's NormalizeVec* wrappers ported line by line, PureJaxRL's defaults, bad
 flags, and real Brax runs from a lone copy: every tag logged, DDR = batch / exact KL, no update = no KL, exact resume
-with the normalisation statistics, and learning on inverted_pendulum."""
+with the normalisation statistics, and learning on inverted_pendulum; over several forced host devices, the pooled
+normalisation against PureJaxRL's on the whole batch and a run on 2 devices against one on 1."""
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy import stats
 
+from benchmark.common import ROOT
 from helpers import (FAST_COMPILE, assert_bad_input, assert_refused, finish, load_script, on_one_device, read_values,
                      run_copy, run_dirs, shared_runs, start_copy)
 
@@ -300,15 +306,60 @@ def test_inverted_pendulum_learns(tmp_path):
 
 
 # ---- several devices (forced CPU host devices), as tests/test_ppo_ewma_jax_devices.py checks the gymnax script --------
+STATS_ON_DEVICES = """
+import sys, jax, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+sys.path.insert(0, sys.argv[1])
+from benchmark.common import load_script
+RunningStats = load_script("ppo_ewma_brax").RunningStats
+rng = np.random.default_rng(0)
+for n in (1, 2, 4):
+    mesh = Mesh(np.array(jax.devices()[:n]), ("d",))
+    update = jax.jit(jax.shard_map(lambda stats, batch: stats.update(batch), mesh=mesh, in_specs=(P(), P("d")),
+                                   out_specs=P(), check_vma=False))
+    for envs in (4, 64):  # 4 at 4 devices: one env each (a share's variance 0)
+        stats = RunningStats.start(3)
+        collective = int("psum" in str(jax.make_jaxpr(update)(stats, np.ones((envs, 3), np.float32))))
+        for step in range(5):  # sorted over the envs: the shares' means far apart
+            batch = np.sort(rng.normal(step, 1 + step, (envs, 3)), axis=0).astype(np.float32)
+            stats = update(stats, batch)
+            print(n, collective, envs, step, *np.asarray(stats.mean).tolist(), *np.asarray(stats.var).tolist(), float(stats.count))
+            np.save(f"{sys.argv[2]}/batch_{n}_{envs}_{step}.npy", batch)
+"""
+
+
+def test_running_stats_pooled_over_device_shares_are_purejaxrls_on_the_whole_batch(tmp_path):
+    """RunningStats.update over the shares of 1, 2 and 4 devices is PureJaxRL's update on the whole batch, step after
+    step, with shares whose means lie far apart and with one env a device; on one device its program has no
+    collective (PureJaxRL's update itself), on several it has."""
+    result = subprocess.run([sys.executable, "-c", STATS_ON_DEVICES, str(ROOT), str(tmp_path)], capture_output=True,
+                            text=True, env={**os.environ, "XLA_FLAGS": f"{FAST_COMPILE} --xla_force_host_platform_device_count=4"},
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert len(rows) == 3 * 2 * 5
+    reference = {}
+    for row in rows:
+        n, collective, envs, step = map(int, row[:4])
+        assert collective == (n > 1)
+        mean, var, count = reference.get((n, envs), (np.zeros(3), np.ones(3), 1e-4))
+        mean, var, count = reference[(n, envs)] = purejaxrl_update(mean, var, count, np.load(
+            tmp_path / f"batch_{n}_{envs}_{step}.npy").astype(np.float64))
+        values = np.array(row[4:], dtype=np.float64)
+        np.testing.assert_allclose(values[:3], mean, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(values[3:6], var, rtol=1e-5)
+        np.testing.assert_allclose(values[6], count, rtol=1e-6)
+
+
 def test_two_devices_train_as_one_device_with_the_normalisation_pooled_over_them(tmp_path):
-    """Ant at 16 envs x 10 steps, 5 minibatches, --shuffle per-env, 2 seeds, 2 iterations: on 2 devices (8 envs each) the
-    same losses, KLs and dynamics/ metrics as on 1 device, and the same checkpoint: parameters, Brax states and the
+    """inverted_pendulum with fresh random starts at 16 envs x 10 steps, 5 minibatches, --shuffle per-env, 2 seeds, 4
+    iterations: on 2 devices (8 envs each) the same episodes (each env's resets and fresh starts from its own stream),
+    losses, KLs and dynamics/ metrics as on 1 device, and the same checkpoint: parameters, Brax states and the
     observation and return statistics, pooled over both devices' envs (PureJaxRL's normalisation of all 16; a device's
-    own 8 would differ in every leaf of the statistics). Up to float summation order: Ant's contacts amplify it, so the
-    runs are compared over their first 2 iterations (at 4, the losses drift apart by 2e-3 relative)."""
-    flags = ["--env-id", "ant", "--num-envs", "16", "--num-steps", "10", "--num-minibatches", "5", "--total-timesteps", "320",
-             "--ewma-com", "4", "--shuffle", "per-env", "--num-seeds", "2", "--dynamics-every", "1", "--dynamics-batch", "64",
-             "--save-every", "2"]  # per-env: the 5 minibatches divide the 10 steps
+    own 8 would differ in every leaf of the statistics), up to float summation order."""
+    flags = ["--env-id", "inverted_pendulum", "--brax-fresh-starts", "--num-envs", "16", "--num-steps", "10",
+             "--num-minibatches", "5", "--total-timesteps", "640", "--ewma-com", "4", "--shuffle", "per-env", "--num-seeds", "2",
+             "--dynamics-every", "1", "--dynamics-batch", "64", "--save-every", "2"]  # per-env: 5 minibatches divide 10 steps
     started = {n: start_copy(SCRIPT, flags, tmp_path / f"devices_{n}", extra_env={
         "XLA_FLAGS": f"{FAST_COMPILE} --xla_force_host_platform_device_count={n}"}) for n in (1, 2)}
     results = {n: finish(process, 1200) for n, process in started.items()}
@@ -318,17 +369,17 @@ def test_two_devices_train_as_one_device_with_the_normalisation_pooled_over_them
     assert len(runs[1]) == len(runs[2]) == 2
     for many, one in zip(runs[2], runs[1]):
         many, one = read_values(many)[0], read_values(one)[0]
-        for tag in ["losses/policy_loss", "losses/value_loss", "losses/entropy", "losses/approx_kl", "losses/prox_kl",
-                    "losses/grad_norm", "losses/explained_variance", "charts/update_norm", "dynamics/feature_rank",
-                    "dynamics/ess_pct", "dynamics/policy_variance", "dynamics/grad_kurtosis"]:
-            assert len(one[tag]) == 2, tag
-            # (the kurtosis, a fourth moment over a variance squared, amplifies the gradients' float differences most)
-            np.testing.assert_allclose(many[tag], one[tag], rtol=1e-2 if tag == "dynamics/grad_kurtosis" else 1e-3,
-                                       atol=1e-5, err_msg=tag)
+        assert len(one["charts/episodic_return"]) == 4 and len(one["charts/episodic_length"]) == 4  # episodes end
+        for tag in ["charts/episodic_return", "charts/episodic_length", "losses/policy_loss", "losses/value_loss",
+                    "losses/entropy", "losses/approx_kl", "losses/prox_kl", "losses/grad_norm", "losses/explained_variance",
+                    "charts/update_norm", "dynamics/feature_rank", "dynamics/ess_pct", "dynamics/policy_variance",
+                    "dynamics/grad_kurtosis"]:
+            assert len(one[tag]) == 4, tag
+            np.testing.assert_allclose(many[tag], one[tag], rtol=1e-3, atol=1e-5, err_msg=tag)
     ewma = load_script(SCRIPT)
-    many, one = (ewma.read_checkpoint(runs[n][0] / "checkpoints" / "iter_2.npz")[1] for n in (2, 1))
-    assert len(many) == len(one) > 10
-    for a, b in zip(many, one):
-        assert a.shape == b.shape
-        per_env = a.ndim >= 2 and a.shape[1] == 16  # (seeds, envs, ...): the bodies, whose contacts amplify float order
-        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-2 if per_env else 1e-5)
+    for iteration in (2, 4):
+        many, one = (ewma.read_checkpoint(runs[n][0] / "checkpoints" / f"iter_{iteration}.npz")[1] for n in (2, 1))
+        assert len(many) == len(one) > 10
+        for a, b in zip(many, one):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)

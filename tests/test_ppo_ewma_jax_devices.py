@@ -172,34 +172,35 @@ import sys, jax, numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 sys.path.insert(0, sys.argv[1])
 from benchmark.common import load_script
-variance = load_script("ppo_ewma_jax").variance
+variance = load_script(sys.argv[2]).variance
 rng = np.random.default_rng(0)
 cases = [rng.normal(3.0, 2.0, 64), rng.normal(-5.0, 0.5, 64), np.full(64, 7.5), np.r_[np.zeros(48), np.ones(16)],
          np.arange(64.0), rng.standard_cauchy(64)]  # (the last two: the shares' means far apart)
 for n in (1, 2, 4):
     mesh = Mesh(np.array(jax.devices()[:n]), ("d",))
     pooled = jax.shard_map(variance, mesh=mesh, in_specs=P("d"), out_specs=P(), check_vma=False)
+    collective = "psum" in str(jax.make_jaxpr(pooled)(np.ones(64, np.float32)))
     for x in cases:
         x = x.astype(np.float32)
-        print(n, float(pooled(x)), float(np.var(x.astype(np.float64))), float(jax.numpy.var(x)))
+        print(n, int(collective), float(pooled(x)), float(np.var(x.astype(np.float64))))
 """
 
 
-def test_variance_over_device_shares_is_the_variance_of_the_whole():
+@pytest.mark.parametrize("script", ["ppo_ewma_jax", "ppo_ewma_brax"])
+def test_variance_over_device_shares_is_the_variance_of_the_whole(script):
     """variance() of the shares of 1, 2 and 4 devices is np.var of the whole batch (float64) to float32 precision, edge
-    cases included (a constant batch: exactly 0; shares whose means differ most: the between-device term carries it); on
-    one device it is jnp.var itself, bit for bit."""
-    result = subprocess.run([sys.executable, "-c", VARIANCE_ON_DEVICES, str(ROOT)], capture_output=True, text=True,
+    cases included (a constant batch: exactly 0; shares whose means differ most: the between-device term carries it);
+    on one device its program has no collective (jnp.var itself), on several it has."""
+    result = subprocess.run([sys.executable, "-c", VARIANCE_ON_DEVICES, str(ROOT), script], capture_output=True, text=True,
                             env={**os.environ, **devices(4)}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     rows = [line.split() for line in result.stdout.splitlines()]
     assert len(rows) == 18 and {int(r[0]) for r in rows} == {1, 2, 4}
-    for n, pooled, whole, jnp_var in ((int(r[0]), *map(float, r[1:])) for r in rows):
+    for n, collective, pooled, whole in ((int(r[0]), int(r[1]), *map(float, r[2:])) for r in rows):
+        assert collective == (n > 1)
         np.testing.assert_allclose(pooled, whole, rtol=1e-4, atol=1e-12)
         if whole == 0.0:
             assert pooled == 0.0
-        if n == 1:
-            assert pooled == jnp_var
 
 
 def test_two_processes_of_two_devices_train_like_one_device(runs, tmp_path, monkeypatch):

@@ -12,8 +12,8 @@
 #   ANALYZE_ONLY=1  launch nothing; analyse what the grids hold (after a Slurm array finished)
 #   LAUNCH_FLAGS  extra launcher flags, e.g. "--workers 4" or "--slurm --slurm-partition gpu --slurm-gpus 1";
 #                 with --slurm the arrays are submitted without waiting and the analysis is left for ANALYZE_ONLY=1
-#   DEVICES       GPUs each local run spans (default 1; the launcher's --gpus-per-run): ppo_ewma_jax.py and
-#                 ppo_kinetix_sfl.py split their envs over every GPU they see, e.g. SCALE=gpu DEVICES=8 on one 8-GPU node
+#   DEVICES       GPUs each local run spans (default 1; the launcher's --gpus-per-run): the JAX scripts split their
+#                 envs over every GPU they see, e.g. SCALE=gpu DEVICES=8 on one 8-GPU node
 #   PYTHON        the interpreter (default: python)
 # A failed launch or analysis does not stop the runner: it goes on with the next grid and exits 1 at the end.
 set -uo pipefail
