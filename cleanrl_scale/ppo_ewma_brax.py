@@ -12,9 +12,9 @@ papers' Isaac Gym runs (stagnation Fig. 10, the data-collection rebuttal's N_env
 - the scaling recipes of §5 / App. D; checkpoints that can be resumed with a new COM or clip epsilon (Fig. 3a);
 - the learning-dynamics metrics of the data-collection paper (App. B), computed inside the jitted update on a sample of
   the batch every --dynamics-every iterations;
-- every visible device, and every process of a cluster with --distributed: `jax.shard_map` splits the envs over the
-  devices, each holding an equal share of every minibatch (--shuffle per-env), the gradients, the advantages' and the
-  normalisation's statistics averaged over them: one run on D devices trains as one run on one device.
+- every device of its process: `jax.shard_map` splits the envs over the devices, each holding an equal share of every
+  minibatch (--shuffle per-env), the gradients, the advantages' and the normalisation's statistics averaged over them:
+  one run on D devices trains as one run on one device.
 PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of them scanned in
 one call; the host loop logs a call's stacked metrics while the next call runs, and checkpoints. Below the
 appendix line: the run's plumbing.
@@ -170,8 +170,9 @@ FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
     (f"must be one of {', '.join(BRAX_BACKENDS)}", lambda v: v in BRAX_BACKENDS, ("brax_backend",)),
     (f"must be one of {', '.join(SHUFFLES)}", lambda v: v in SHUFFLES, ("shuffle",)),
 )
-# RunArgs' run flags this script does not use: given, they are refused (it uses every one)
-UNUSED_RUN_FLAGS = {}
+# RunArgs' run flags this script does not use: given, they are refused
+UNUSED_RUN_FLAGS = dict.fromkeys(("distributed", "coordinator_address", "num_processes", "process_id"),
+                                 "it spans every device of one process, not several processes")
 # a checkpoint holds the runner state (parameters, optimiser, EWMA, Brax's states with the normalisation statistics,
 # rng), each seed's, with a seed axis for several seeds; these flags fix their shapes (every other may change on --resume)
 STRUCTURAL_FLAGS = ("env_id", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend", "num_seeds")

@@ -351,35 +351,61 @@ def test_running_stats_pooled_over_device_shares_are_purejaxrls_on_the_whole_bat
         np.testing.assert_allclose(values[6], count, rtol=1e-6)
 
 
-def test_two_devices_train_as_one_device_with_the_normalisation_pooled_over_them(tmp_path):
-    """inverted_pendulum with fresh random starts at 16 envs x 10 steps, 5 minibatches, --shuffle per-env, 2 seeds, 4
-    iterations: on 2 devices (8 envs each) the same episodes (each env's resets and fresh starts from its own stream),
-    losses, KLs and dynamics/ metrics as on 1 device, and the same checkpoint: parameters, Brax states and the
-    observation and return statistics, pooled over both devices' envs (PureJaxRL's normalisation of all 16; a device's
-    own 8 would differ in every leaf of the statistics), up to float summation order."""
-    flags = ["--env-id", "inverted_pendulum", "--brax-fresh-starts", "--num-envs", "16", "--num-steps", "10",
-             "--num-minibatches", "5", "--total-timesteps", "640", "--ewma-com", "4", "--shuffle", "per-env", "--num-seeds", "2",
-             "--dynamics-every", "1", "--dynamics-batch", "64", "--save-every", "2"]  # per-env: 5 minibatches divide 10 steps
-    started = {n: start_copy(SCRIPT, flags, tmp_path / f"devices_{n}", extra_env={
-        "XLA_FLAGS": f"{FAST_COMPILE} --xla_force_host_platform_device_count={n}"}) for n in (1, 2)}
+# inverted_pendulum with fresh random starts (episodes end; each env's resets and fresh starts from its own stream), 16
+# envs x 10 steps, 5 minibatches (per-env: they divide the 10 steps), PPO-EWMA, 2 seeds, 4 iterations, every metric
+DEVICE_FLAGS = ["--env-id", "inverted_pendulum", "--brax-fresh-starts", "--num-envs", "16", "--num-steps", "10",
+                "--num-minibatches", "5", "--total-timesteps", "640", "--ewma-com", "4", "--shuffle", "per-env",
+                "--num-seeds", "2", "--dynamics-every", "1", "--dynamics-batch", "64", "--save-every", "2"]
+DEVICE_TAGS = ["charts/episodic_return", "charts/episodic_length", "losses/policy_loss", "losses/value_loss",
+               "losses/entropy", "losses/approx_kl", "losses/prox_kl", "losses/grad_norm", "losses/explained_variance",
+               "charts/update_norm", "dynamics/feature_rank", "dynamics/ess_pct", "dynamics/policy_variance",
+               "dynamics/grad_kurtosis"]
+
+
+def forced_devices(n):
+    return {"XLA_FLAGS": f"{FAST_COMPILE} --xla_force_host_platform_device_count={n}"}
+
+
+@shared_runs(minutes=2)
+def device_runs(tmp_path_factory, fast_compile):
+    """The run on 1 device and on 2."""
+    dirs = {n: tmp_path_factory.mktemp(f"devices_{n}") for n in (1, 2)}
+    started = {n: start_copy(SCRIPT, DEVICE_FLAGS, dirs[n], extra_env=forced_devices(n)) for n in (1, 2)}
     results = {n: finish(process, 1200) for n, process in started.items()}
-    assert all(r.returncode == 0 for r in results.values()), results[2].stderr[-3000:] + results[1].stderr[-3000:]
-    assert "2 devices in 1 process(es), shuffle per-env" in results[2].stdout
-    runs = {n: run_dirs(tmp_path / f"devices_{n}") for n in (1, 2)}
-    assert len(runs[1]) == len(runs[2]) == 2
-    for many, one in zip(runs[2], runs[1]):
+    for n, result in results.items():
+        assert result.returncode == 0, result.stderr[-3000:]
+    return {n: (results[n], run_dirs(dirs[n])) for n in (1, 2)}
+
+
+def assert_as_one_device(runs, one_runs):
+    assert len(runs) == len(one_runs) == 2  # a run a seed
+    for many, one in zip(runs, one_runs):
         many, one = read_values(many)[0], read_values(one)[0]
         assert len(one["charts/episodic_return"]) == 4 and len(one["charts/episodic_length"]) == 4  # episodes end
-        for tag in ["charts/episodic_return", "charts/episodic_length", "losses/policy_loss", "losses/value_loss",
-                    "losses/entropy", "losses/approx_kl", "losses/prox_kl", "losses/grad_norm", "losses/explained_variance",
-                    "charts/update_norm", "dynamics/feature_rank", "dynamics/ess_pct", "dynamics/policy_variance",
-                    "dynamics/grad_kurtosis"]:
+        for tag in DEVICE_TAGS:
             assert len(one[tag]) == 4, tag
             np.testing.assert_allclose(many[tag], one[tag], rtol=1e-3, atol=1e-5, err_msg=tag)
     ewma = load_script(SCRIPT)
-    for iteration in (2, 4):
-        many, one = (ewma.read_checkpoint(runs[n][0] / "checkpoints" / f"iter_{iteration}.npz")[1] for n in (2, 1))
+    for iteration in (2, 4):  # the whole state of both seeds, in the first seed's run
+        many, one = (ewma.read_checkpoint(d[0] / "checkpoints" / f"iter_{iteration}.npz")[1] for d in (runs, one_runs))
         assert len(many) == len(one) > 10
         for a, b in zip(many, one):
             assert a.shape == b.shape
             np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-5)
+
+
+def test_two_devices_train_as_one_device_with_the_normalisation_pooled_over_them(device_runs):
+    """On 2 devices (8 envs each) the same episodes, losses, KLs and dynamics/ metrics as on 1 device, and the same
+    checkpoints: parameters, Brax states and the observation and return statistics pooled over both devices' envs
+    (PureJaxRL's normalisation of all 16; a device's own 8 would differ in every leaf of the statistics), up to float
+    summation order."""
+    result, runs = device_runs[2]
+    assert "2 devices in 1 process(es), shuffle per-env" in result.stdout
+    assert_as_one_device(runs, device_runs[1][1])
+
+
+def test_several_processes_are_refused_before_compute(tmp_path):
+    """--distributed (several processes joined by jax.distributed) is not one of its flags: exit 2, one line."""
+    result = run_copy(SCRIPT, ["--env-id", "inverted_pendulum", "--distributed"], tmp_path)
+    assert_bad_input(result, tmp_path, "--distributed does not apply to this script: it spans every device of one "
+                                       "process, not several processes")
