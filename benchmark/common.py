@@ -157,15 +157,17 @@ def update_wall_times(name, args, extra_env=None):
     return [e.wall_time for e in scalars["charts/SPS"]], launched
 
 
-def on_one_device(fn):
+def on_one_device(fn, **jit_kwargs):
     """A function of a JAX script's make_train or make_env that runs on one device's share of the envs, its collectives
-    over the devices' axis "d", as the script runs it on one device: under jax.shard_map over a one-device mesh."""
+    over the devices' axis "d", as the script runs it on one device: under jax.shard_map over a one-device mesh, jitted
+    (with `jit_kwargs`)."""
     import jax
     import numpy as np
     from jax.sharding import Mesh, PartitionSpec
 
-    return jax.shard_map(fn, mesh=Mesh(np.array(jax.devices()[:1]), ("d",)), in_specs=PartitionSpec(),
-                         out_specs=PartitionSpec(), check_vma=False)
+    # jitted: an eager shard_map compiles each operation apart (a Brax reset took over 10 minutes so)
+    return jax.jit(jax.shard_map(fn, mesh=Mesh(np.array(jax.devices()[:1]), ("d",)), in_specs=PartitionSpec(),
+                                 out_specs=PartitionSpec(), check_vma=False), **jit_kwargs)
 
 
 def jax_machine():

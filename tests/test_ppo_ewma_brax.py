@@ -15,8 +15,8 @@ import pytest
 from scipy import stats
 
 from benchmark.common import ROOT
-from helpers import (FAST_COMPILE, assert_bad_input, assert_refused, finish, load_script, on_one_device, read_values,
-                     run_copy, run_dirs, shared_runs, start_copy)
+from helpers import (FAST_COMPILE, FAST_COMPILE_OPTIONS, assert_bad_input, assert_refused, finish, load_script,
+                     on_one_device, read_values, run_copy, run_dirs, shared_runs, start_copy)
 
 SCRIPT = "ppo_ewma_brax"
 # its runs compile at XLA's optimisation level 0 (conftest.py), but the one that learns (default_compile)
@@ -131,11 +131,11 @@ def purejaxrl_update(mean, var, count, batch):
 def test_running_stats_are_purejaxrls_normalize_wrappers(ewma, batch):
     rng = np.random.default_rng(batch)
     stats_, mean, var, count = ewma.RunningStats.start(3), np.zeros(3), np.ones(3), 1e-4
-    seen = []
+    seen, update = [], on_one_device(lambda stats, batch: stats.update(batch))
     for step in range(20):
         x = rng.normal(step, 1 + step, (batch, 3)).astype(np.float32)  # drifting, as observations do
         seen.append(x)
-        stats_ = on_one_device(lambda stats, batch: stats.update(batch))(stats_, jnp.asarray(x))
+        stats_ = update(stats_, jnp.asarray(x))
         mean, var, count = purejaxrl_update(mean, var, count, x)
         np.testing.assert_allclose(stats_.mean, mean, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(stats_.var, var, rtol=1e-4, atol=1e-4)
@@ -152,8 +152,8 @@ def test_the_brax_env_steps_are_purejaxrls_wrappers(ewma):
     gamma = 0.9
     args = ewma.resolve_args(ewma.RunArgs(env_id="inverted_pendulum", num_envs=4, num_minibatches=4, gamma=gamma))
     env = ewma.make_env(args)
-    obs, state = on_one_device(env.reset)(jax.random.split(jax.random.PRNGKey(0), 4))
-    step = jax.jit(on_one_device(env.step))
+    reset, step = (on_one_device(f, compiler_options=FAST_COMPILE_OPTIONS) for f in (env.reset, env.step))
+    obs, state = reset(jax.random.split(jax.random.PRNGKey(0), 4))
     raw = state.env.obs
     mean, var, count = purejaxrl_update(np.zeros(raw.shape[1]), np.ones(raw.shape[1]), 1e-4, np.asarray(raw))
     np.testing.assert_allclose(obs, (raw - mean) / np.sqrt(var + 1e-8), rtol=1e-4, atol=1e-4)
@@ -182,11 +182,11 @@ def test_an_ended_episode_restarts_from_the_envs_first_state_or_a_fresh_random_o
     args = ewma.resolve_args(ewma.RunArgs(env_id="inverted_pendulum", num_envs=2, num_minibatches=2, norm_obs=False,
                                        brax_fresh_starts=fresh))
     env = ewma.make_env(args)
-    first, state = on_one_device(env.reset)(jax.random.split(jax.random.PRNGKey(0), 2))
+    reset, step = (on_one_device(f, compiler_options=FAST_COMPILE_OPTIONS) for f in (env.reset, env.step))
+    first, state = reset(jax.random.split(jax.random.PRNGKey(0), 2))
     steps = jnp.full(2, ewma.BRAX_EPISODE_LENGTH - 1.0)
     state = state._replace(env=state.env.replace(info={**state.env.info, "steps": steps}))
-    obs, state, _, done, _ = jax.jit(on_one_device(env.step))(jax.random.split(jax.random.PRNGKey(1), 2), state,
-                                                                jnp.zeros((2, 1)))
+    obs, state, _, done, _ = step(jax.random.split(jax.random.PRNGKey(1), 2), state, jnp.zeros((2, 1)))
     assert done.all()
     if fresh:
         assert np.abs(np.asarray(obs) - np.asarray(first)).min() > 1e-4  # every number new: a new random start
@@ -288,8 +288,9 @@ def test_an_update_that_does_not_move_the_policy_has_zero_kl(ewma):
                                        total_timesteps=32, learning_rate=1e-30, dynamics_batch=32))
     env = ewma.make_env(args)
     init, update, _ = ewma.make_train(args, env)
-    runner = on_one_device(init)(jax.random.PRNGKey(1))
-    _, metrics = jax.jit(on_one_device(update))(runner, jnp.asarray([True]), jnp.asarray([True]))
+    init, update = (on_one_device(f, compiler_options=FAST_COMPILE_OPTIONS) for f in (init, update))
+    runner = init(jax.random.PRNGKey(1))
+    _, metrics = update(runner, jnp.asarray([True]), jnp.asarray([True]))
     assert float(metrics["losses/approx_kl"][0]) == 0.0 and float(metrics["losses/clipfrac"][0]) == 0.0
     np.testing.assert_allclose(metrics["dynamics/ess_pct"][0], 100.0, rtol=1e-5)
     np.testing.assert_allclose(metrics["losses/entropy"][0], 0.5 * (1 + np.log(2 * np.pi)), rtol=1e-5)  # 1 dimension
