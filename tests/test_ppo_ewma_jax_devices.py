@@ -270,3 +270,13 @@ def test_the_multinode_sbatch_example_passes_the_flag_checks_at_its_gpu_count():
                                           total_timesteps=10**12), num_devices=nodes * tasks)
     assert "--distributed" in command and args.shuffle == "per-env" and args.learning_rate == pytest.approx(1.2e-3)
     assert args.num_minibatches == 32 * 512 // 16 and args.minibatch_size == 2048 * 256 // 32 * 16
+
+
+def test_the_tests_one_device_wrapper_is_one_compiled_program():
+    """helpers.on_one_device, which the in-process tests run the scripts' functions through, is jitted: an eager
+    jax.shard_map compiles each operation apart (a Brax reset took over 10 minutes so)."""
+    from helpers import on_one_device
+
+    double = on_one_device(lambda x: 2 * x)
+    assert hasattr(double, "lower")  # jax.jit's, which a bare shard_map's function lacks
+    np.testing.assert_array_equal(double(jnp.arange(3.0)), [0.0, 2.0, 4.0])
