@@ -1369,7 +1369,7 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
     def __init__(self):
         super().__init__()
         self.signum, self.training, self.together, self.checkpoint, self.compiling = None, False, False, None, []
-        self.ctrl_c, self.aborted, self.writers, self.eta = False, False, [], lambda: None
+        self.ctrl_c, self.aborted, self.raised, self.writers, self.eta = False, False, False, [], lambda: None
         for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(signum, self.handle)
 
@@ -1378,7 +1378,7 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
         self.ctrl_c = self.ctrl_c or signum == signal.SIGINT
         name = signal.Signals(signum).name
         if not (self.training or self.together) or again:  # a second signal with a Ctrl-C among them aborts
-            self.signum, self.aborted = signum, again
+            self.signum, self.aborted, self.raised = signum, again, True
             raise self
         self.signum = self.signum or signum
         seconds = self.eta()  # a line at once, written straight to the descriptor (a print here could land inside one)
@@ -1664,6 +1664,8 @@ if __name__ == "__main__":
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
     except (Exception, Stop) as e:  # stopped before the first call or aborted by a second signal, or an error
+        if stop.raised:  # the Stop, or an error a library made of it (JAX's bind swallows any exception, then raises its own)
+            e = stop
         if isinstance(e, Stop):
             resume = stop.checkpoint or args.resume
             for writer in stop.writers:  # what was logged up to the abort

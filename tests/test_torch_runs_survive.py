@@ -255,9 +255,10 @@ def same(a, b):
     return a == b
 
 
-# iterations of 15 s or more on 2 cores (8 envs x 512 steps of Breakout, one epoch), longer than STOP_SECONDS; the
-# coverage states end iteration 1 with a file
-LONG_ITERATIONS = ["--num-envs", "8", "--num-steps", "512", "--update-epochs", "1", "--num-minibatches", "4",
+# long iterations (8 envs x 1024 steps of Breakout, one epoch): about twice STOP_SECONDS on 2 cores (at 512 steps an
+# iteration once took under STOP_SECONDS, and the stop waited for iteration 2's end); the coverage states end
+# iteration 1 with a file
+LONG_ITERATIONS = ["--num-envs", "8", "--num-steps", "1024", "--update-epochs", "1", "--num-minibatches", "4",
                    "--dynamics-every", "1", "--dynamics-batch", "64", "--coverage-samples", "8", "--coverage-every", "1"]
 
 
@@ -265,7 +266,7 @@ def test_a_signal_in_a_long_iteration_stops_at_once_with_the_checkpoint_of_its_s
     """SIGTERM early in iteration 2 of iterations longer than STOP_SECONDS: exit 75 within seconds, not at the
     iteration's end. Its checkpoint is iteration 1's, kept in memory when iteration 2 began (no --save-every: nothing
     was on disk), and holds what a run saving iteration 1 writes: the networks, Adam, the counters and every RNG."""
-    process = start_copy("ppo_atari_envpool", LONG_ITERATIONS + ["--total-timesteps", str(4096 * 10)], tmp_path / "run")
+    process = start_copy("ppo_atari_envpool", LONG_ITERATIONS + ["--total-timesteps", str(8192 * 10)], tmp_path / "run")
     wait_for_file(process, tmp_path / "run", "runs/*/coverage.bin", timeout=600)
     sent = time.time()
     process.send_signal(signal.SIGTERM)
@@ -277,7 +278,7 @@ def test_a_signal_in_a_long_iteration_stops_at_once_with_the_checkpoint_of_its_s
     assert f"stopped by signal 15 during iteration 2; resume with --resume {checkpoint.relative_to(tmp_path / 'run')}" in result.stdout
     assert "SIGTERM received: stopping now, with the checkpoint of iteration 1 (iteration 2 is trained again on resume)" in result.stderr
     assert [p.name for p in checkpoint.parent.iterdir()] == ["iter_1.pt"]
-    run_copy("ppo_atari_envpool", LONG_ITERATIONS + ["--total-timesteps", "4096", "--save-every", "1"], tmp_path / "saved")
+    run_copy("ppo_atari_envpool", LONG_ITERATIONS + ["--total-timesteps", "8192", "--save-every", "1"], tmp_path / "saved")
     expected = torch.load(run_dirs(tmp_path / "saved")[0] / "checkpoints" / "iter_1.pt", weights_only=False)
     got = torch.load(checkpoint, weights_only=False)
     for key in ("agent", "optimizer", "iteration", "global_step", "recent_returns", "rng"):
