@@ -50,7 +50,7 @@ XLA_PYTHON_CLIENT_PREALLOCATE=false unless the environment sets JAX's memory alr
 array through submitit (--slurm-* flags; --no-wait returns once submitted, and a later launch leaves a run that
 an earlier one's job still holds, as squeue lists it, to that job); it needs Slurm's sbatch on PATH (else it is
 refused: a dry run needs none); --slurm-cluster debug/local runs that path here. A run of several processes
-(--slurm-nodes N --slurm-tasks-per-node G: ppo_ewma_jax or ppo_kinetix_sfl over N nodes of G GPUs) starts one process per task,
+(--slurm-nodes N --slurm-tasks-per-node G: a JAX script over N nodes of G GPUs) starts one process per task,
 joined by jax.distributed with task 0 as the coordinator; task 0 keeps the run's lock, log and status, task r logs
 to stdout.task<r>.log.
 """

@@ -12,9 +12,9 @@ papers' Isaac Gym runs (stagnation Fig. 10, the data-collection rebuttal's N_env
 - the scaling recipes of §5 / App. D; checkpoints that can be resumed with a new COM or clip epsilon (Fig. 3a);
 - the learning-dynamics metrics of the data-collection paper (App. B), computed inside the jitted update on a sample of
   the batch every --dynamics-every iterations;
-- every device of its process: `jax.shard_map` splits the envs over the devices, each holding an equal share of every
-  minibatch (--shuffle per-env), the gradients, the advantages' and the normalisation's statistics averaged over them:
-  one run on D devices trains as one run on one device.
+- every device of every process (--distributed: jax.distributed, found from Slurm): `jax.shard_map` splits the envs over
+  the devices, each holding an equal share of every minibatch (--shuffle per-env), the gradients, the advantages' and
+  the normalisation's statistics averaged over them: one run on D devices trains as one run on one device.
 PureJaxRL structure: one jitted `update` = rollout + GAE + epochs x minibatches, --fuse-iterations of them scanned in
 one call; the host loop logs a call's stacked metrics while the next call runs, and checkpoints. Below the
 appendix line: the run's plumbing.
@@ -171,8 +171,7 @@ FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
     (f"must be one of {', '.join(SHUFFLES)}", lambda v: v in SHUFFLES, ("shuffle",)),
 )
 # RunArgs' run flags this script does not use: given, they are refused
-UNUSED_RUN_FLAGS = dict.fromkeys(("distributed", "coordinator_address", "num_processes", "process_id"),
-                                 "it spans every device of one process, not several processes")
+UNUSED_RUN_FLAGS = {}
 # a checkpoint holds the runner state (parameters, optimiser, EWMA, Brax's states with the normalisation statistics,
 # rng), each seed's, with a seed axis for several seeds; these flags fix their shapes (every other may change on --resume)
 STRUCTURAL_FLAGS = ("env_id", "num_envs", "hidden_size", "num_layers", "activation", "brax_backend", "num_seeds")
@@ -187,7 +186,8 @@ def brax_env_ids():
 def check_args(args, num_devices=None):
     """The rules FLAG_RULES cannot say, and the computed fields (the appendix's resolve_args calls it). `num_devices`: the
     devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize, or in a
-    launcher that must not start a device backend: checked as one device, --shuffle auto left to the run)."""
+    launcher that must not start a device backend: checked as one device, --shuffle auto left to the run, and the env
+    not built, which places its model on a device: --brax-backend is checked where the run starts)."""
     args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
     if args.shuffle == "auto" and num_devices != 0:  # (a count not known yet leaves it to the run)
         args.shuffle = "batch" if args.num_devices == 1 else "per-env"
@@ -197,16 +197,17 @@ def check_args(args, num_devices=None):
         raise BadFlag(f"--num-envs {args.num_envs} must be divisible by the {args.num_devices} devices (each steps an equal share)")
     if args.env_id not in brax_env_ids():
         raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
-    import mujoco  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
+    if num_devices != 0:  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
+        import mujoco
 
-    previous = mujoco.get_mju_user_warning()
-    mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
-    try:
-        import_brax_envs().get_environment(args.env_id, backend=args.brax_backend)
-    except ValueError as e:
-        raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
-    finally:
-        mujoco.set_mju_user_warning(previous)
+        previous = mujoco.get_mju_user_warning()
+        mujoco.set_mju_user_warning(lambda message: None)  # MuJoCo's model warnings would write ./MUJOCO_LOG.TXT
+        try:
+            create_env(args)
+        except ValueError as e:
+            raise BadFlag(f"--brax-backend {args.brax_backend} is not one {args.env_id} has ({e})")
+        finally:
+            mujoco.set_mju_user_warning(previous)
     if args.imp_samp_max is None:
         args.imp_samp_max = 100.0 if args.ewma_com is not None else 0.0
     resolve_batch(args)
@@ -292,6 +293,20 @@ def import_brax_envs():
     return envs
 
 
+def create_env(args, **kwargs):
+    """brax.envs.create(args.env_id, ...) with the env's model on this process's first device. Brax builds it with
+    mujoco.mjx.put_model, which places it on jax.devices()[0]: under --distributed, process 0's device, so that on every
+    other process the model's arrays are not addressable, and the update, which closes over them, does not compile."""
+    from mujoco import mjx
+
+    put_model = mjx.put_model
+    mjx.put_model = partial(put_model, device=jax.local_devices()[0])
+    try:
+        return import_brax_envs().create(args.env_id, backend=args.brax_backend, **kwargs)
+    finally:
+        mjx.put_model = put_model
+
+
 def make_env(args):
     """A Brax environment as PureJaxRL's ppo_continuous_action.py wraps it (BraxGymnaxWrapper, ClipAction,
     NormalizeVecObservation, NormalizeVecReward): episodes of BRAX_EPISODE_LENGTH steps, auto-reset (Brax's
@@ -299,9 +314,7 @@ def make_env(args):
     the running statistics after this step's update, rewards divided by the running std of the discounted return.
     The statistics live in the env state, so checkpoints keep them. reset and step run on one device's envs, under
     jax.shard_map over the devices (the statistics pooled over them)."""
-    brax_envs = import_brax_envs()
-
-    env = brax_envs.create(args.env_id, episode_length=BRAX_EPISODE_LENGTH, auto_reset=True, backend=args.brax_backend)
+    env = create_env(args, episode_length=BRAX_EPISODE_LENGTH, auto_reset=True)
 
     def normalise(obs, stats):
         return (obs - stats.mean) / jnp.sqrt(stats.var + 1e-8) if args.norm_obs else obs
@@ -1382,7 +1395,7 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
     def __init__(self):
         super().__init__()
         self.signum, self.training, self.together, self.checkpoint, self.compiling = None, False, False, None, []
-        self.ctrl_c, self.aborted, self.writers, self.eta = False, False, [], lambda: None
+        self.ctrl_c, self.aborted, self.raised, self.writers, self.eta = False, False, False, [], lambda: None
         for signum in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(signum, self.handle)
 
@@ -1391,7 +1404,7 @@ class Stop(BaseException):  # not an Exception: no `except Exception` (a library
         self.ctrl_c = self.ctrl_c or signum == signal.SIGINT
         name = signal.Signals(signum).name
         if not (self.training or self.together) or again:  # a second signal with a Ctrl-C among them aborts
-            self.signum, self.aborted = signum, again
+            self.signum, self.aborted, self.raised = signum, again, True
             raise self
         self.signum = self.signum or signum
         seconds = self.eta()  # a line at once, written straight to the descriptor (a print here could land inside one)
@@ -1677,6 +1690,8 @@ if __name__ == "__main__":
         print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
         sys.exit(2)
     except (Exception, Stop) as e:  # stopped before the first call or aborted by a second signal, or an error
+        if stop.raised:  # the Stop, or an error a library made of it (JAX's bind swallows any exception, then raises its own)
+            e = stop
         if isinstance(e, Stop):
             resume = stop.checkpoint or args.resume
             for writer in stop.writers:  # what was logged up to the abort

@@ -991,11 +991,10 @@ def test_analysis_streams_a_synthetic_grid(tmp_path):
     assert rows[0]["records"] > 10000 and rows[0]["records_per_s"] > 0  # and every record was read (checked inside)
 
 
-@pytest.mark.parametrize("script", ["ppo_ewma_brax", "ppo_atari_envpool", "noisy_sgd"])
+@pytest.mark.parametrize("script", ["ppo_atari_envpool", "noisy_sgd"])
 def test_a_run_of_several_processes_is_refused_for_a_script_of_one_process(script, tmp_path, capsys):
-    """The JAX scripts share one appendix whose RunArgs holds the distributed flags, which the SFL script and
-    ppo_ewma_jax.py use (a script's UNUSED_RUN_FLAGS are none of its flags): a multi-process launch of another script
-    (ppo_ewma_brax.py, which spans the devices of one process; the torch scripts; noisy_sgd.py) is refused up front."""
+    """The JAX scripts' appendix holds the distributed flags (a script's UNUSED_RUN_FLAGS would be none of its flags):
+    a multi-process launch of a script without them (the torch scripts, noisy_sgd.py) is refused up front."""
     with pytest.raises(SystemExit) as stopped:
         launch.main(["--script", script, "--out-dir", str(tmp_path / "out"), "--slurm", "--slurm-cluster", "local",
                      "--slurm-tasks-per-node", "2"])

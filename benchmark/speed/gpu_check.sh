@@ -9,7 +9,8 @@
 #   sfl         sfl_steps_per_second.py first-update: ppo_kinetix_sfl.py --model mlp, size s, Table 3's 2,048 preset
 #   scaling     jax_steps_per_second.py over 1, 2, 4, 8 ... of the machine's GPUs (as many as it has), 2,048 locomotion
 #               envs (size m, 256 steps, Table 2's 8 x 32) per GPU, --shuffle per-env: steps/s per device as the envs
-#               are split over more of them (weak scaling; ppo_ewma_jax.py's multi-device runs)
+#               are split over more of them (weak scaling; ppo_ewma_jax.py's multi-device runs), then ppo_ewma_brax.py
+#               the same way on Ant (PureJaxRL's 2,048 x 10 per GPU)
 #   smoke       cuda_smoke.sh: every GPU script (torch and JAX) a few iterations on CUDA
 #   torch       the torch scripts compiled: cuda_smoke.sh's --compile --cudagraphs runs of the four (TORCH_SMOKE=0
 #               leaves them out; two of them took 66 and 75 s side by side on an H200), then vs_reference.py --bench
@@ -82,6 +83,9 @@ for p in ${PARTS:-device minatar locomotion scaling sfl smoke}; do
         CUDA_VISIBLE_DEVICES="$(IFS=,; echo "${ids[*]:0:d}")" part "scaling_ewma_$d" "${LIMIT_S:-300}" "$PY" jax_steps_per_second.py \
           --env-size m --num-envs $((2048 * d)) --num-steps 256 --iterations 4 --repeats 1 --json "$OUT_DIR/scaling_ewma_$d.json" \
           -- --num-minibatches 32 --update-epochs 8 --shuffle per-env
+        CUDA_VISIBLE_DEVICES="$(IFS=,; echo "${ids[*]:0:d}")" part "scaling_brax_$d" "${LIMIT_S:-300}" "$PY" jax_steps_per_second.py \
+          --env-id ant --num-envs $((2048 * d)) --num-steps 10 --iterations 4 --repeats 1 --json "$OUT_DIR/scaling_brax_$d.json" \
+          -- --shuffle per-env
       done ;;
     sfl)
       part sfl_first_update "${LIMIT_S:-300}" "$PY" sfl_steps_per_second.py first-update --env-size s --num-envs 2048 \
