@@ -185,9 +185,9 @@ def brax_env_ids():
 
 def check_args(args, num_devices=None):
     """The rules FLAG_RULES cannot say, and the computed fields (the appendix's resolve_args calls it). `num_devices`: the
-    devices the run spans (None: jax.device_count(); 0: not known yet, before jax.distributed.initialize, or in a
-    launcher that must not start a device backend: checked as one device, --shuffle auto left to the run, and the env
-    not built, which places its model on a device: --brax-backend is checked where the run starts)."""
+    devices the run spans (None: the run's, jax.device_count(); 0: not known yet, before jax.distributed.initialize,
+    or in a launcher: checked as one device, --shuffle auto left to the run). Only the run builds the env, to check that
+    it has --brax-backend (building it places its model on a device, which a launcher must not take)."""
     args.num_devices = jax.device_count() if num_devices is None else max(num_devices, 1)
     if args.shuffle == "auto" and num_devices != 0:  # (a count not known yet leaves it to the run)
         args.shuffle = "batch" if args.num_devices == 1 else "per-env"
@@ -197,7 +197,7 @@ def check_args(args, num_devices=None):
         raise BadFlag(f"--num-envs {args.num_envs} must be divisible by the {args.num_devices} devices (each steps an equal share)")
     if args.env_id not in brax_env_ids():
         raise BadFlag(f"--env-id must be a Brax environment ({', '.join(brax_env_ids())}) (got {args.env_id!r})")
-    if num_devices != 0:  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
+    if num_devices is None:  # not every Brax env has every pipeline (swimmer: generalized only): build it once to know
         import mujoco
 
         previous = mujoco.get_mju_user_warning()
@@ -297,12 +297,13 @@ def create_env(args, **kwargs):
     """brax.envs.create(args.env_id, ...) with the env's model on this process's first device. Brax builds it with
     mujoco.mjx.put_model, which places it on jax.devices()[0]: under --distributed, process 0's device, so that on every
     other process the model's arrays are not addressable, and the update, which closes over them, does not compile."""
+    envs = import_brax_envs()  # (first: it imports mujoco.mjx without the lines that prints)
     from mujoco import mjx
 
     put_model = mjx.put_model
     mjx.put_model = partial(put_model, device=jax.local_devices()[0])
     try:
-        return import_brax_envs().create(args.env_id, backend=args.brax_backend, **kwargs)
+        return envs.create(args.env_id, backend=args.brax_backend, **kwargs)
     finally:
         mjx.put_model = put_model
 
@@ -1671,13 +1672,13 @@ if __name__ == "__main__":
     try:
         check_run_flags(args)
         if args.distributed:  # before anything touches a device, so that jax.devices() spans every process
+            stop.together = True  # from here a signal waits for the first call, which every process stops after
             # every flag a device count cannot make right is checked first: initialize waits for all the processes
             resolve_args(copy.deepcopy(args), num_devices=0)
             check_runs_directory()
             # JAX's preemption service would take SIGTERM from Stop's handler (a SIGTERM then neither checkpoints nor
             # stops the run): Stop's handler and the per-call agreement (Run.log) do its work, for SIGUSR1 and Ctrl-C too
             jax.config.update("jax_enable_preemption_service", False)
-            stop.together = True
             try:
                 jax.distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
             except ValueError as e:  # no cluster JAX can read them from (Slurm, Open MPI, ...)
@@ -1685,13 +1686,13 @@ if __name__ == "__main__":
         resolve_args(args)
         check_runs_directory()
         status = train(args, Run(args, stop))
-    except BadFlag as e:
-        take_away(made)
-        print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except (Exception, Stop) as e:  # stopped before the first call or aborted by a second signal, or an error
+    except (Exception, Stop) as e:  # bad input, stopped before the first call or aborted by a second signal, or an error
         if stop.raised:  # the Stop, or an error a library made of it (JAX's bind swallows any exception, then raises its own)
             e = stop
+        if isinstance(e, BadFlag):
+            take_away(made)
+            print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
+            sys.exit(2)
         if isinstance(e, Stop):
             resume = stop.checkpoint or args.resume
             for writer in stop.writers:  # what was logged up to the abort

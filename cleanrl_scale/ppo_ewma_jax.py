@@ -1645,13 +1645,13 @@ if __name__ == "__main__":
     try:
         check_run_flags(args)
         if args.distributed:  # before anything touches a device, so that jax.devices() spans every process
+            stop.together = True  # from here a signal waits for the first call, which every process stops after
             # every flag a device count cannot make right is checked first: initialize waits for all the processes
             resolve_args(copy.deepcopy(args), num_devices=0)
             check_runs_directory()
             # JAX's preemption service would take SIGTERM from Stop's handler (a SIGTERM then neither checkpoints nor
             # stops the run): Stop's handler and the per-call agreement (Run.log) do its work, for SIGUSR1 and Ctrl-C too
             jax.config.update("jax_enable_preemption_service", False)
-            stop.together = True
             try:
                 jax.distributed.initialize(args.coordinator_address, args.num_processes, args.process_id)
             except ValueError as e:  # no cluster JAX can read them from (Slurm, Open MPI, ...)
@@ -1659,13 +1659,13 @@ if __name__ == "__main__":
         resolve_args(args)
         check_runs_directory()
         status = train(args, Run(args, stop))
-    except BadFlag as e:
-        take_away(made)
-        print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except (Exception, Stop) as e:  # stopped before the first call or aborted by a second signal, or an error
+    except (Exception, Stop) as e:  # bad input, stopped before the first call or aborted by a second signal, or an error
         if stop.raised:  # the Stop, or an error a library made of it (JAX's bind swallows any exception, then raises its own)
             e = stop
+        if isinstance(e, BadFlag):
+            take_away(made)
+            print(f"{os.path.basename(__file__)}: error: {e}", file=sys.stderr)
+            sys.exit(2)
         if isinstance(e, Stop):
             resume = stop.checkpoint or args.resume
             for writer in stop.writers:  # what was logged up to the abort
