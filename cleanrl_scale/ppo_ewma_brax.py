@@ -170,7 +170,7 @@ FLAG_RULES = (  # (rule, holds, flags): each flag's value, when set, must hold
     (f"must be one of {', '.join(BRAX_BACKENDS)}", lambda v: v in BRAX_BACKENDS, ("brax_backend",)),
     (f"must be one of {', '.join(SHUFFLES)}", lambda v: v in SHUFFLES, ("shuffle",)),
 )
-# RunArgs' run flags this script does not use: given, they are refused
+# RunArgs' run flags this script does not use (given, they are refused): none, --distributed included
 UNUSED_RUN_FLAGS = {}
 # a checkpoint holds the runner state (parameters, optimiser, EWMA, Brax's states with the normalisation statistics,
 # rng), each seed's, with a seed axis for several seeds; these flags fix their shapes (every other may change on --resume)

@@ -212,3 +212,23 @@ def sigterm_one_of_two_tasks(script, flags, workdir, extra_env, timeout):
     time.sleep(3)
     tasks[1].send_signal(signal.SIGTERM)
     return [finish(task, timeout) for task in tasks]
+
+
+def stop_one_of_two_tasks_then_resume(script, flags, workdir, extra_env, resume_env, timeout):
+    """sigterm_one_of_two_tasks, checked as every PPO-EWMA script must meet it: both tasks exit 75 after iteration 1,
+    which task 0 checkpoints (one checkpoint) and names, task 1 writes no run; then that checkpoint, resumed with the
+    same flags in task 0's folder (`resume_env`), runs to the end. (the tasks' results, the checkpoint, the resumed
+    runs' folders, one a seed)."""
+    workdir = Path(workdir)
+    results = sigterm_one_of_two_tasks(script, flags, workdir, extra_env, timeout)
+    assert [r.returncode for r in results] == [75, 75], results[0].stderr[-2000:] + results[1].stderr[-2000:]
+    run_dir = run_dirs(workdir / "task0")[0]
+    (checkpoint,) = run_dir.glob("checkpoints/*.npz")
+    relative = f"runs/{run_dir.name}/checkpoints/{checkpoint.name}"
+    assert f"stopped by signal to another process after iteration 1; resume with --resume {relative}" in results[0].stdout
+    assert not (workdir / "task1" / "runs").exists()
+    resumed = finish(start_copy(script, list(flags) + ["--resume", relative], workdir / "task0", extra_env=resume_env),
+                     timeout)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    stamp = run_dir.name.split("__")[-1]
+    return results, checkpoint, [d for d in run_dirs(workdir / "task0") if d.name.split("__")[-1] != stamp]

@@ -16,8 +16,8 @@ from scipy import stats
 
 from benchmark.common import ROOT
 from helpers import (FAST_COMPILE, FAST_COMPILE_OPTIONS, assert_bad_input, assert_refused, finish, load_script,
-                     on_one_device, read_values, run_copy, run_dirs, shared_runs, sigterm_one_of_two_tasks,
-                     start_copy)
+                     on_one_device, read_values, run_copy, run_dirs, shared_runs, start_copy,
+                     stop_one_of_two_tasks_then_resume)
 
 SCRIPT = "ppo_ewma_brax"
 # its runs compile at XLA's optimisation level 0 (conftest.py), but the one that learns (default_compile)
@@ -411,20 +411,10 @@ def test_a_signal_to_one_of_two_processes_stops_both_and_they_train_as_one_devic
     its own device), and a SIGTERM to process 1 alone while it sets up: both stop after the first call, which they agree
     on; process 0 checkpoints it (every device's envs and normalisation statistics) and names it; both exit 75. Resumed
     on one process of one device, iterations 2 to 4 log what the run on 1 device logs, and end in its checkpoint."""
-    results = sigterm_one_of_two_tasks(SCRIPT, DEVICE_FLAGS, tmp_path, forced_devices(2), 1200)
-    assert [r.returncode for r in results] == [75, 75], results[0].stderr[-2000:] + results[1].stderr[-2000:]
+    results, checkpoint, ends = stop_one_of_two_tasks_then_resume(SCRIPT, DEVICE_FLAGS, tmp_path, forced_devices(2),
+                                                                  forced_devices(1), 1200)
     assert "4 devices in 2 process(es), shuffle per-env" in results[0].stdout
-    run_dir = run_dirs(tmp_path / "task0")[0]
-    (checkpoint,) = run_dir.glob("checkpoints/*.npz")
     assert checkpoint.name == "iter_1.npz"
-    assert (f"stopped by signal to another process after iteration 1; resume with --resume runs/{run_dir.name}/"
-            f"checkpoints/{checkpoint.name}") in results[0].stdout
-    assert not (tmp_path / "task1" / "runs").exists()
-    resumed = finish(start_copy(SCRIPT, DEVICE_FLAGS + ["--resume", f"runs/{run_dir.name}/checkpoints/{checkpoint.name}"],
-                                tmp_path / "task0", extra_env=forced_devices(1)), 1200)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    stamp = run_dir.name.split("__")[-1]
-    ends = [d for d in run_dirs(tmp_path / "task0") if d.name.split("__")[-1] != stamp]
     one_runs = device_runs[1][1]
     assert len(ends) == len(one_runs) == 2  # a run a seed
     for end, one in zip(ends, one_runs):

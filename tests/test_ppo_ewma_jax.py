@@ -908,6 +908,41 @@ def test_a_signal_while_compiling_exits_at_once_without_waiting_for_xla(tmp_path
     assert time.time() - signalled < 30 and not list(tmp_path.glob("runs/*/checkpoints"))
 
 
+# runs a script (argv[1]) as __main__ with one SIGTERM sent to itself from inside JAX's Primitive.bind_with_trace, whose
+# bare `except:` swallows whatever the handler raises there and raises an Exception of its own in its place
+SIGNAL_INSIDE_JAX = """
+import os, runpy, signal, sys
+from jax._src import core
+
+typeof, sent = core.typeof, []
+
+def typeof_with_a_signal(x):
+    # the first call from bind_with_trace once the script's handler is in (map() adds no Python frame)
+    if not sent and sys._getframe(1).f_code.co_name == "bind_with_trace" and callable(signal.getsignal(signal.SIGTERM)):
+        sent.append(1)
+        print("SIGTERM sent inside bind_with_trace", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs here, before typeof returns
+    return typeof(x)
+
+core.typeof = typeof_with_a_signal
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_a_signal_whose_stop_a_library_swallows_still_stops_the_run(tmp_path):
+    """A signal before the first call whose Stop JAX's bind turns into its own error ("couldn't apply typeof to args"):
+    still exit 75 with the stop line, no traceback (it once exited 1, a signal during set-up landing there by chance)."""
+    wrapper = tmp_path / "signal_inside_jax.py"
+    wrapper.write_text(SIGNAL_INSIDE_JAX)
+    result = run_copy(SCRIPT, ["--env-id", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--num-minibatches", "2",
+                               "--total-timesteps", "64"], tmp_path, timeout=300, python_flags=[str(wrapper)])
+    assert "SIGTERM sent inside bind_with_trace" in result.stderr, result.stderr[-3000:]
+    assert result.returncode == 75, result.stderr[-3000:]
+    assert "stopped by signal 15 (before the first iteration); nothing saved: rerun the command" in result.stdout
+    assert "Traceback" not in result.stderr and not list(tmp_path.glob("runs/*/checkpoints"))
+
+
 # ---- learning, end to end, resume -------------------------------------------------------------------
 def best_10_iteration_return(workdir):
     returns = np.array(read_values(run_dirs(workdir)[0])[0]["charts/episodic_return"])

@@ -14,7 +14,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from benchmark.common import ROOT
 from helpers import (FAST_COMPILE, assert_refused, finish, load_script, read_values, run_dirs, shared_runs,
-                     sigterm_one_of_two_tasks, start_copy)
+                     start_copy, stop_one_of_two_tasks_then_resume)
 
 SCRIPT = "ppo_ewma_jax"
 pytestmark = pytest.mark.usefixtures("fast_compile")
@@ -233,18 +233,7 @@ def test_sigterm_to_one_process_stops_both_with_a_checkpoint_that_resumes(runs, 
     """A SIGTERM that reaches task 1 of a two-process run alone, while it sets up: both stop after the first call, which
     they agree on; task 0 checkpoints it (the envs gathered from both) and names it; both exit 75. The checkpoint then
     resumes on one process of one device and ends where the lone run ends."""
-    results = sigterm_one_of_two_tasks(SCRIPT, TINY, tmp_path, devices(2), 1200)
-    assert [r.returncode for r in results] == [75, 75], results[0].stderr[-2000:] + results[1].stderr[-2000:]
-    run_dir = run_dirs(tmp_path / "task0")[0]
-    (checkpoint,) = run_dir.glob("checkpoints/*.npz")
-    assert (f"stopped by signal to another process after iteration 1; resume with --resume runs/{run_dir.name}/"
-            f"checkpoints/{checkpoint.name}") in results[0].stdout
-    assert not (tmp_path / "task1" / "runs").exists()
-    resumed = finish(start_copy(SCRIPT, TINY + ["--resume", f"runs/{run_dir.name}/checkpoints/{checkpoint.name}"],
-                                tmp_path / "task0", extra_env=devices(1)), 900)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    stamp = run_dir.name.split("__")[-1]
-    ends = [d for d in run_dirs(tmp_path / "task0") if d.name.split("__")[-1] != stamp]
+    _, _, ends = stop_one_of_two_tasks_then_resume(SCRIPT, TINY, tmp_path, devices(2), devices(1), 1200)
     assert len(ends) == 2  # one run a seed, iterations 2 and 3
     for d, one in zip(ends, runs[1][1]):
         values = read_values(d)[0]
