@@ -12,8 +12,9 @@ with its reason; an edit that finds nothing stops the command before any run). P
 line and logs nothing: a driver calls its make_train(config) and writes, per iteration, the mean return of the
 episodes that ended in it, as this project's JAX scripts log charts/episodic_return.
 
-A finished run leaves done.json in its folder; running the command again runs only what is missing (a stopped
-run starts over). Ctrl-C, SIGTERM or SIGUSR1 stop the runs in flight and name the command that resumes.
+A finished run leaves done.json in its folder (its flags, the hashes of the files that trained it, its seconds and
+the machine it trained on); running the command again runs only what is missing (a stopped run starts over). Run
+folders trained on another machine (a GPU's, say) and copied into --out are read with that machine's name. Ctrl-C, SIGTERM or SIGUSR1 stop the runs in flight and name the command that resumes.
 
 Read off each run: the final return, the mean of charts/episodic_return over the last 10% of its steps (as
 benchmark/analyze.py reads a grid); per side, its mean over the seeds; the difference (this project minus the
@@ -305,7 +306,8 @@ def run_one(side, seed, argv, source, folder, pythonpath=None):
         raise RuntimeError(f"{side} seed {seed} (`python {' '.join(argv)}` in {folder}) exited {code}; its log: "
                            f"{folder / 'stdout.log'}")
     (folder / "done.json").write_text(json.dumps({"side": side, "seed": seed, "argv": argv, "sources":
-                                                  source_hashes(source), "seconds": time.perf_counter() - start}))
+                                                  source_hashes(source), "seconds": time.perf_counter() - start,
+                                                  "machine": describe_machine()}))
 
 
 RUNNING, STOPPED = set(), []  # the processes in flight; the signals received
@@ -425,14 +427,20 @@ def report(opts, comp, bench, root):
     """Final returns, curves, the difference and its sentence: (summary dict, {side: {seed: (steps, values)}})."""
     from benchmark.claims import t_stats
 
-    curves, missing = {}, []
+    curves, missing, machines = {}, [], []
     for side in ("anchor", "project"):
         for seed in opts.seeds:
             folder = root / side / f"seed_{seed}"
             if not (folder / "done.json").exists():
                 missing.append(f"{side} seed {seed}")
                 continue
-            argv = json.loads((folder / "done.json").read_text())["argv"]
+            done = json.loads((folder / "done.json").read_text())
+            argv = done["argv"]
+            # where the run trained (a run folder copied from another machine keeps its own); runs from before
+            # done.json named it trained where they are read
+            machine = done.get("machine") or describe_machine()
+            if machine not in machines:
+                machines.append(machine)
             if argv != commands(opts, comp, bench, seed, argv[0])[side]:
                 fail(f"--out {opts.out}: {side} seed {seed} was trained with other flags than this command's "
                      f"({' '.join(argv)})")
@@ -474,7 +482,7 @@ def report(opts, comp, bench, root):
                             for side in ("anchor", "project")},
                "seconds": {side: [json.loads((root / side / f"seed_{seed}" / "done.json").read_text())["seconds"]
                                   for seed in opts.seeds] for side in ("anchor", "project")},
-               "machine": describe_machine()}
+               "machine": "; ".join(machines)}
     return summary, curves
 
 

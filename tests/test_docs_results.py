@@ -184,6 +184,27 @@ def test_a_cause_for_no_difference_and_other_settings_are_refused(tmp_path):
     assert result.returncode == 2 and "was trained with other flags than this command's" in result.stderr
 
 
+def test_the_report_names_the_machine_the_runs_trained_on(tmp_path):
+    """Run folders trained elsewhere (a GPU machine's, copied here) are reported with the machine each done.json names,
+    not the one that reads them; folders from before done.json named one count as this machine's."""
+    fabricated(tmp_path, "ppo_cartpole", {"anchor": [490, 495, 500], "project": [492, 497, 499]})
+    for side in ("anchor", "project"):
+        for seed in (1, 2, 3):
+            done = tmp_path / "ppo_cartpole" / side / f"seed_{seed}" / "done.json"
+            done.write_text(json.dumps({**json.loads(done.read_text()), "machine": "A CPU, 16 cores, GPU: NVIDIA H200"}))
+    args = ["ppo_cartpole", "--out", tmp_path, "--report-only", "--seeds", "1", "2", "3"]
+    assert docs_results_cli(*args, cwd=tmp_path).returncode == 0
+    summary = json.loads((tmp_path / "ppo_cartpole" / "summary.json").read_text())
+    assert summary["machine"] == "A CPU, 16 cores, GPU: NVIDIA H200"
+    assert "Machine: A CPU, 16 cores, GPU: NVIDIA H200." in (tmp_path / "ppo_cartpole" / "summary.md").read_text()
+    done = tmp_path / "ppo_cartpole" / "project" / "seed_3" / "done.json"
+    done.write_text(json.dumps({k: v for k, v in json.loads(done.read_text()).items() if k != "machine"}))
+    assert docs_results_cli(*args, cwd=tmp_path).returncode == 0
+    here = docs_results.describe_machine()
+    assert json.loads((tmp_path / "ppo_cartpole" / "summary.json").read_text())["machine"] == \
+        f"A CPU, 16 cores, GPU: NVIDIA H200; {here}"
+
+
 def test_a_cleanrl_anchor_runs_edited_and_is_read_from_its_event_files(tmp_path):
     """CleanRL's side (the stand-in, edited as vs_reference.py edits it) and ppo_atari_envpool.py, 2 iterations of
     8 x 128 on Breakout: both sides' charts/episodic_return read from their TensorBoard files, at the same flags."""
@@ -194,6 +215,7 @@ def test_a_cleanrl_anchor_runs_edited_and_is_read_from_its_event_files(tmp_path)
     summary = json.loads((out / "ppo_atari" / "summary.json").read_text())
     assert summary["commands"]["anchor"][0] == "ppo_atari_envpool.py"
     assert summary["commands"]["anchor"][1:] == summary["commands"]["project"][1:]  # the same flags on both sides
+    assert summary["machine"] == docs_results.describe_machine()  # each done.json names where its run trained
     for side in ("anchor", "project"):
         for seed in (1, 2):
             steps, values = docs_results.read_curve(out / "ppo_atari" / side / f"seed_{seed}")
