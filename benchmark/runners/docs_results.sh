@@ -9,7 +9,8 @@
 #                       (pip install --no-deps --target "$ANCHOR_PATH" gym==0.23.1 gym-notices gym3 cffi pycparser
 #                       procgen-mirror==0.10.7)
 #   PART                purejaxrl (ppo_cartpole, ppo_minatar, ppo_brax), cleanrl (ppo_atari, pqn_atari, ppo_rnd,
-#                       ppo_rnd_qbert at small, ppo_procgen), sfl, or one comparison by its name; default all
+#                       ppo_rnd_qbert at small, ppo_procgen, ppo_procgen_bigfish at small), sfl, or one comparison
+#                       by its name; default all
 #   WORKERS             runs at once (default 2 on a CPU, 1 at SCALE=gpu and paper: JAX takes most of a GPU's memory)
 #   PUBLISH             e.g. benchmark/results/learning: each comparison's report and curves are copied there
 # SCALE=small: the comparisons' own settings, what a 2-core CPU carries in about two hours a script. SFL beside
@@ -22,7 +23,8 @@
 # not sized from a measured rate). SMOKE: 2 seeds of 2 iterations each.
 source "$(dirname "$0")/common.sh"
 supports small gpu
-parts purejaxrl cleanrl sfl ppo_cartpole ppo_minatar ppo_brax ppo_atari pqn_atari ppo_rnd ppo_rnd_qbert ppo_procgen
+parts purejaxrl cleanrl sfl ppo_cartpole ppo_minatar ppo_brax ppo_atari pqn_atari ppo_rnd ppo_rnd_qbert ppo_procgen \
+    ppo_procgen_bigfish
 if [[ "$SCALE" == gpu || "$SCALE" == paper ]]; then WORKERS="${WORKERS:-1}"; else WORKERS="${WORKERS:-2}"; fi
 
 # compare <comparison> <group> <checkout variable> [docs_results.py flags...]: one comparison, unless PART leaves it out
@@ -41,7 +43,7 @@ from benchmark.docs_results import COMPARISONS as C; c = C['$name']; print(c.num
     else
         [[ -n "${!checkout:-}" ]] || { echo "runner: $name needs $checkout, the anchor's checkout" >&2; FAILED=1; return 0; }
         flags+=(--reference "${!checkout}")
-        [[ "$name" == ppo_procgen && -n "${ANCHOR_PATH:-}" ]] && flags+=(--anchor-path "$ANCHOR_PATH")
+        [[ "$name" == ppo_procgen* && -n "${ANCHOR_PATH:-}" ]] && flags+=(--anchor-path "$ANCHOR_PATH")
     fi
     [[ -n "${PUBLISH:-}" ]] && ! dry_run && flags+=(--publish "$PUBLISH")
     local status=0
@@ -67,6 +69,7 @@ else
     compare ppo_rnd cleanrl CLEANRL
     compare ppo_rnd_qbert cleanrl CLEANRL  # ppo_rnd's fallback: on Phoenix neither side left the floor at this budget
     compare ppo_procgen cleanrl CLEANRL
+    compare ppo_procgen_bigfish cleanrl CLEANRL  # ppo_procgen's fallback: on starpilot neither side left the floor
 fi
 
 if part sfl; then
