@@ -14,7 +14,8 @@ episodes that ended in it, as this project's JAX scripts log charts/episodic_ret
 
 A finished run leaves done.json in its folder (its flags, the hashes of the files that trained it, its seconds and
 the machine it trained on); running the command again runs only what is missing (a stopped run starts over). Run
-folders trained on another machine (a GPU's, say) and copied into --out are read with that machine's name. Ctrl-C, SIGTERM or SIGUSR1 stop the runs in flight and name the command that resumes.
+folders trained on another machine (a GPU's, say) and copied into --out are reported with that machine's name.
+Ctrl-C, SIGTERM or SIGUSR1 stop the runs in flight and name the command that resumes.
 
 Read off each run: the final return, the mean of charts/episodic_return over the last 10% of its steps (as
 benchmark/analyze.py reads a grid); per side, its mean over the seeds; the difference (this project minus the
@@ -220,7 +221,8 @@ def parse(argv=None):
     parser.add_argument("--num-envs", type=int, help="default: the comparison's (both sides)")
     parser.add_argument("--num-steps", type=int, help="default: the comparison's (both sides)")
     parser.add_argument("--anchor-path", type=Path, help="a folder prepended to the anchor's PYTHONPATH: the packages "
-                        "it needs that this project's environment lacks (ppo_procgen: gym 0.23.1 and procgen)")
+                        "it needs that this project's environment lacks (ppo_procgen and ppo_procgen_bigfish: gym "
+                        "0.23.1 and procgen)")
     parser.add_argument("--dry-run", action="store_true", help="print the runs still to do, run nothing")
     parser.add_argument("--workers", type=int, default=1, help="runs at once")
     parser.add_argument("--report-only", action="store_true", help="read the finished runs, run nothing")
@@ -291,9 +293,10 @@ def source_hashes(directory):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(directory).iterdir()) if p.is_file()}
 
 
-def run_one(side, seed, argv, source, folder, pythonpath=None):
+def run_one(side, seed, argv, source, folder, pythonpath, machine):
     """Train one side's seed in a fresh `folder` (a copy of `source`'s files); done.json when it ends, with the argv
-    and the hashes of the files that trained it (a later command checks both before it reuses the run)."""
+    and the hashes of the files that trained it (a later command checks both before it reuses the run), its seconds
+    and `machine` (describe_machine(), read once before the runs)."""
     if folder.exists():
         shutil.rmtree(folder)  # a stopped run starts over
     shutil.copytree(source, folder)
@@ -314,7 +317,7 @@ def run_one(side, seed, argv, source, folder, pythonpath=None):
                            f"{folder / 'stdout.log'}")
     (folder / "done.json").write_text(json.dumps({"side": side, "seed": seed, "argv": argv, "sources":
                                                   source_hashes(source), "seconds": time.perf_counter() - start,
-                                                  "machine": describe_machine()}))
+                                                  "machine": machine}))
 
 
 RUNNING, STOPPED = set(), []  # the processes in flight; the signals received
@@ -372,14 +375,14 @@ def run_all(opts, comp, bench, root):
         shutil.rmtree(root / "sources")
     sources = Path(shutil.move(sources, root / "sources"))
     hashes = {side: source_hashes(sources / side) for side in ("anchor", "project")}
-    todo = []
+    todo, machine = [], describe_machine()  # where these runs train, for their done.json
     for i, seed in enumerate(opts.seeds):
         argvs = commands(opts, comp, bench, seed, reference_file)
         for side in (("anchor", "project") if i % 2 == 0 else ("project", "anchor")):
             folder = root / side / f"seed_{seed}"
             if not (folder / "done.json").exists():
                 todo.append((side, seed, argvs[side], sources / side, folder,
-                             opts.anchor_path.resolve() if side == "anchor" and opts.anchor_path else None))
+                             opts.anchor_path.resolve() if side == "anchor" and opts.anchor_path else None, machine))
                 continue
             done = json.loads((folder / "done.json").read_text())
             if done["argv"] != argvs[side] or done.get("sources") != hashes[side]:
@@ -434,7 +437,7 @@ def report(opts, comp, bench, root):
     """Final returns, curves, the difference and its sentence: (summary dict, {side: {seed: (steps, values)}})."""
     from benchmark.claims import t_stats
 
-    curves, missing, machines = {}, [], []
+    curves, missing, machines, here = {}, [], [], []
     for side in ("anchor", "project"):
         for seed in opts.seeds:
             folder = root / side / f"seed_{seed}"
@@ -445,7 +448,9 @@ def report(opts, comp, bench, root):
             argv = done["argv"]
             # where the run trained (a run folder copied from another machine keeps its own); runs from before
             # done.json named it trained where they are read
-            machine = done.get("machine") or describe_machine()
+            if "machine" not in done and not here:
+                here.append(describe_machine())
+            machine = done.get("machine") or here[0]
             if machine not in machines:
                 machines.append(machine)
             if argv != commands(opts, comp, bench, seed, argv[0])[side]:

@@ -217,6 +217,9 @@ def test_a_cleanrl_anchor_runs_edited_and_is_read_from_its_event_files(tmp_path)
     assert summary["commands"]["anchor"][1:] == summary["commands"]["project"][1:]  # the same flags on both sides
     assert summary["machine"] == docs_results.describe_machine()  # each done.json names where its run trained
     for side in ("anchor", "project"):
+        done = json.loads((out / "ppo_atari" / side / "seed_1" / "done.json").read_text())
+        assert done["machine"] == docs_results.describe_machine()
+    for side in ("anchor", "project"):
         for seed in (1, 2):
             steps, values = docs_results.read_curve(out / "ppo_atari" / side / f"seed_{seed}")
             assert len(steps) >= 1 and steps.max() <= 2048 and np.all(values >= 0)
@@ -258,7 +261,8 @@ def test_the_anchor_path_leads_the_anchors_pythonpath(tmp_path):
     source.mkdir(), overlay.mkdir()
     (overlay / "json.py").write_text("OVERLAID = True\n")  # shadows the standard library's json in that process
     (source / "probe.py").write_text("import json, sys\nopen('probe.txt', 'w').write(str(getattr(json, 'OVERLAID', False)))\n")
-    docs_results.run_one("anchor", 1, ["probe.py"], source, tmp_path / "run", pythonpath=overlay)
+    docs_results.run_one("anchor", 1, ["probe.py"], source, tmp_path / "run", pythonpath=overlay, machine="M")
     assert (tmp_path / "run" / "probe.txt").read_text() == "True"
-    docs_results.run_one("project", 1, ["probe.py"], source, tmp_path / "run2")
+    docs_results.run_one("project", 1, ["probe.py"], source, tmp_path / "run2", pythonpath=None, machine="M")
     assert (tmp_path / "run2" / "probe.txt").read_text() == "False"
+    assert json.loads((tmp_path / "run2" / "done.json").read_text())["machine"] == "M"

@@ -736,8 +736,9 @@ SMALL_GRIDS = {"atari10_nenvs.sh": 5 * 7, "atari10_epochs.sh": 5 * 4,  # SpaceIn
                "noisy_sgd.sh": 10 * (1 + 2),
                "com_eps.sh": 2 * 5, "stag_fig5b_eps.sh": 2 * 5, "stag_fig3a_resume.sh": 2 * 5, "recipes.sh": 5 * (1 + 2),
                "ddr_budgets.sh": 2 * 3 * 5,
-               # no SFL at small (GPU-sized); ppo_rnd's fallback on Qbert-v5 at small only (at gpu Phoenix runs 10M steps)
-               "docs_results.sh": 2 * (10 + 5 + 5 + 5 * 3)}
+               # no SFL at small (GPU-sized); ppo_rnd's fallback on Qbert-v5 and ppo_procgen's on bigfish at small only
+               # (at gpu Phoenix runs 10M steps, starpilot 25M)
+               "docs_results.sh": 2 * (10 + 5 + 5 + 6 * 3)}
 REDUCED_GRIDS = {"small": SMALL_GRIDS, "gpu": {**SMALL_GRIDS, "com_eps.sh": 3 * 5, "stag_fig5b_eps.sh": 3 * 5,  # COM 32, eps 0.1
                                                 "coverage_fig2.sh": 2 * 3 * 3, "atari10_nenvs.sh": 2 * 10 * 7,
                                                 "atari10_epochs.sh": 2 * 10 * 6,
