@@ -420,7 +420,8 @@ def run_all(opts, comp, bench, root):
                 except (RuntimeError, OSError, ValueError) as e:  # the report names a run that logged nothing
                     if not stopped:
                         errors.append(str(e))
-                bar.update(1)
+                if not stopped or (job[4] / "done.json").exists():  # a run a signal stopped is not counted as done
+                    bar.update(1)
     finally:
         for name in names:  # the report after the runs is not stopped by a late signal's handler
             signal.signal(getattr(signal, name), previous[name])

@@ -50,6 +50,7 @@ def test_runs_both_sides_reads_and_publishes_only_with_a_cause(tmp_path, fast_co
     stopped = time.time()
     _, err = process.communicate(timeout=60)
     assert process.returncode == 75 and "stopped by SIGTERM" in err and "run the same command again" in err, err[-3000:]
+    assert "1/4" in err and "4/4" not in err, err[-3000:]  # the progress bar counts the finished run, not the stopped ones
     assert time.time() - stopped < 30
     assert (root / "anchor" / "seed_1" / "done.json").exists() and not (root / "project" / "seed_1" / "done.json").exists()
     result = docs_results_cli("ppo_cartpole", "--reference", STAND_IN, "--out", out, *TINY, cwd=tmp_path)
