@@ -119,13 +119,17 @@ class Comparison:
     anchor_needs: str = ""  # packages the anchor needs that the project's environment lacks: --anchor-path has them
 
 
+# the differences between the two sides that stay, shared by a comparison and its fallback
+RND_NOTE = ("CleanRL's RND script always ends an episode at a lost life for training (envpool's episodic_life=True, no "
+            "flag), ppo_rnd.py never (Burda et al.'s setting); both report whole-game returns")
+PUREJAXRL_LR_NOTE = "PureJaxRL anneals the learning rate once an iteration, ppo_ewma_jax.py after every minibatch step"
+PROCGEN_NOTE = "CleanRL's side steps gym 0.23's procgen, ours envpool's port of the same games"
 COMPARISONS = {
     # PureJaxRL's ppo.py __main__ (CartPole-v1, 4 envs x 128 steps, 4 x 4 minibatches, 5e5 steps as it trains them,
     # 64 x 2 tanh MLPs) against ppo_ewma_jax.py as plain PPO with those hyper-parameters; 10 seeds (a run is cheap)
     "ppo_cartpole": Comparison("ppo_cartpole_jax", "PureJaxRL ppo.py", "CartPole-v1", 4, 128, 499_712,
                                list(range(1, 11)),
-                               note="PureJaxRL anneals the learning rate once an iteration, ppo_ewma_jax.py after every "
-                                    "minibatch step"),
+                               note=PUREJAXRL_LR_NOTE),
     # PureJaxRL's ppo_continuous_action.py __main__ config against ppo_ewma_brax.py's defaults (the same) on Brax's
     # inverted_pendulum (cheap on a CPU; its return is the steps the pole stays up, at most 1000), 64 envs (for 2048)
     # x 10 steps, 4 epochs x 32 minibatches as PureJaxRL's, 199,680 steps (312 iterations), seeds 1-5
@@ -141,8 +145,7 @@ COMPARISONS = {
     # (1,952 iterations of 512), seeds 1-5
     "ppo_minatar": Comparison("ppo_cartpole_jax", "PureJaxRL ppo.py", "SpaceInvaders-MinAtar", 4, 128, 999_424,
                               list(range(1, 6)),
-                              note="PureJaxRL anneals the learning rate once an iteration, ppo_ewma_jax.py after every "
-                                   "minibatch step"),
+                              note=PUREJAXRL_LR_NOTE),
     # The three below are fixed before any of their runs (pqn_atari's 6 runs then took 93 minutes on 2 cores, two at a
     # time, about 105 steps/s for CleanRL's side and 119 for this project's; ppo_rnd's 49-78 minutes a run, two at a
     # time beside other work). Where the runs
@@ -158,29 +161,24 @@ COMPARISONS = {
     # envs), 204,800 steps, seeds 1-3. Fallback: Qbert-v5
     "ppo_rnd": Comparison("ppo_rnd", "CleanRL ppo_rnd_envpool.py", "Phoenix-v5", 8, 128, 204_800, [1, 2, 3],
                           obs_norm_init=5,
-                          note="CleanRL's RND script always ends an episode at a lost life for training (envpool's "
-                               "episodic_life=True, no flag), ppo_rnd.py never (Burda et al.'s setting); both report "
-                               "whole-game returns"),
+                          note=RND_NOTE),
     # ppo_rnd's fallback, fixed before its runs (every run of ppo_rnd on Phoenix-v5 ended below twice Phoenix's random
     # score, 761.4: neither side left the floor): the same two scripts and settings on Qbert-v5 (random score 163.9)
     "ppo_rnd_qbert": Comparison("ppo_rnd", "CleanRL ppo_rnd_envpool.py", "Qbert-v5", 8, 128, 204_800, [1, 2, 3],
                                 obs_norm_init=5,
-                                note="CleanRL's RND script always ends an episode at a lost life for training (envpool's "
-                                     "episodic_life=True, no flag), ppo_rnd.py never (Burda et al.'s setting); both report "
-                                     "whole-game returns"),
+                                note=RND_NOTE),
     # CleanRL's ppo_procgen.py at its defaults (starpilot, easy, all levels, lr 5e-4, gamma 0.999, 8 minibatches x 3
     # epochs) against ppo_procgen_envpool.py at the same flags, 16 envs x 256 steps (CleanRL's 64: four times the batch of
     # a CPU iteration), 163,840 steps (40 iterations), seeds 1-3. Fallback: BigfishEasy-v0 / bigfish
     "ppo_procgen": Comparison("ppo_procgen", "CleanRL ppo_procgen.py", "StarpilotEasy-v0", 16, 256, 163_840, [1, 2, 3],
                               anchor_env_id="starpilot", anchor_needs="gym 0.23.1 and procgen",
-                              note="CleanRL's side steps gym 0.23's procgen, ours envpool's port of the same games"),
+                              note=PROCGEN_NOTE),
     # ppo_procgen's fallback, fixed before its runs (every run of ppo_procgen on StarpilotEasy ended below twice
     # starpilot's easy-mode random score, the Procgen paper's R_min of 2.5: neither side left the floor): the same two
     # scripts and settings on bigfish (easy, R_min 1)
     "ppo_procgen_bigfish": Comparison("ppo_procgen", "CleanRL ppo_procgen.py", "BigfishEasy-v0", 16, 256, 163_840,
                                       [1, 2, 3], anchor_env_id="bigfish", anchor_needs="gym 0.23.1 and procgen",
-                                      note="CleanRL's side steps gym 0.23's procgen, ours envpool's port of the same "
-                                           "games"),
+                                      note=PROCGEN_NOTE),
 }
 
 
@@ -438,7 +436,7 @@ def report(opts, comp, bench, root):
     """Final returns, curves, the difference and its sentence: (summary dict, {side: {seed: (steps, values)}})."""
     from benchmark.claims import t_stats
 
-    curves, missing, machines, here = {}, [], [], []
+    curves, missing, machines, here = {}, [], [], None
     for side in ("anchor", "project"):
         for seed in opts.seeds:
             folder = root / side / f"seed_{seed}"
@@ -449,9 +447,9 @@ def report(opts, comp, bench, root):
             argv = done["argv"]
             # where the run trained (a run folder copied from another machine keeps its own); runs from before
             # done.json named it trained where they are read
-            if "machine" not in done and not here:
-                here.append(describe_machine())
-            machine = done.get("machine") or here[0]
+            if "machine" not in done:
+                here = here or describe_machine()  # read once
+            machine = done.get("machine") or here
             if machine not in machines:
                 machines.append(machine)
             if argv != commands(opts, comp, bench, seed, argv[0])[side]:

@@ -6,8 +6,8 @@
 #   CLEANRL, PUREJAXRL  the checkouts of github.com/vwxyzjn/cleanrl and github.com/luchris429/purejaxrl (not needed
 #                       with DRY_RUN or ANALYZE_ONLY)
 #   ANCHOR_PATH         ppo_procgen and its fallback only: a folder holding gym 0.23.1 and procgen for CleanRL's
-#                       ppo_procgen.py (pip install --no-deps --target "$ANCHOR_PATH" gym==0.23.1 gym-notices gym3 cffi pycparser
-#                       procgen-mirror==0.10.7)
+#                       ppo_procgen.py (pip install --no-deps --target "$ANCHOR_PATH" gym==0.23.1 gym-notices gym3
+#                       cffi pycparser procgen-mirror==0.10.7)
 #   PART                purejaxrl (ppo_cartpole, ppo_minatar, ppo_brax), cleanrl (ppo_atari, pqn_atari, ppo_rnd,
 #                       ppo_rnd_qbert at small, ppo_procgen, ppo_procgen_bigfish at small), sfl, or one comparison
 #                       by its name; default all
