@@ -24,7 +24,8 @@ this budget, the difference within +-X (X the larger end of the interval), or no
 final_returns.csv (side, seed, final return), curves.png (mean and 95% interval over the seeds, both sides),
 summary.json and summary.md (settings, commands, machine, the table row and the sentence). --publish copies them
 (with each run's curve as curves.csv.gz) to a folder; a result whose interval excludes zero is published only with
---why, the cause found, which summary.md then states.
+--why, the cause found, which summary.md then states. A published result is replaced only by the same runs read
+again: other settings, commands or final returns are a new result, published to another folder.
 """
 import argparse
 import csv
@@ -264,6 +265,15 @@ def parse(argv=None):
                 break
     if opts.anchor_path is not None and not opts.anchor_path.is_dir():
         fail(f"--anchor-path {opts.anchor_path}: not a folder")
+    if opts.publish is not None:
+        earlier = published(opts.publish / opts.comparison)
+        asked = {"env_id": comp.env_id, "num_envs": opts.num_envs, "num_steps": opts.num_steps,
+                 "total_timesteps": opts.total_timesteps, "seeds": opts.seeds}
+        changed = [f"{k} {earlier[k]} -> {v}" for k, v in asked.items() if earlier is not None and earlier[k] != v]
+        if changed:
+            fail(f"--publish {opts.publish}: {opts.comparison} is published there with other settings "
+                 f"({', '.join(changed)}); a result at new settings is a new result: publish it to another folder, "
+                 f"the earlier one stays")
     if not opts.report_only and not opts.dry_run:
         if comp.anchor_needs and opts.anchor_path is None:
             fail(f"--anchor-path is needed by {opts.comparison}: {comp.anchor} needs {comp.anchor_needs}, which this "
@@ -274,6 +284,22 @@ def parse(argv=None):
             if not (opts.reference / needed).is_file():
                 fail(f"--reference {opts.reference} has no {needed} (the {opts.comparison} comparison needs it)")
     return opts, comp, bench
+
+
+def published(folder):
+    """The summary.json published in `folder`, or None where nothing is; a damaged one is named, never overwritten."""
+    path = folder / "summary.json"
+    if not path.exists():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        fail(f"--publish: {path} is damaged ({type(e).__name__}: {e}); move it away to publish there")
+    keys = ("env_id", "num_envs", "num_steps", "total_timesteps", "seeds", "commands", "finals")
+    missing = [k for k in keys if k not in summary] if isinstance(summary, dict) else ["object"]
+    if missing:
+        fail(f"--publish: {path} is damaged (no {', '.join(missing)}); move it away to publish there")
+    return summary
 
 
 def commands(opts, comp, bench, seed, reference_file):
@@ -582,6 +608,12 @@ def main(argv=None):
     print((root / "summary.md").read_text())
     if opts.publish is not None:
         target = opts.publish / opts.comparison
+        earlier = published(target)
+        if earlier is not None and (earlier["commands"] != summary["commands"] or earlier["finals"] != summary["finals"]):
+            print(f"{summary['sentence']}\ndocs_results.py: not published: {target} holds a result of other runs (other "
+                  f"commands or final returns); publish this one to another folder, the earlier one stays",
+                  file=sys.stderr)
+            raise SystemExit(1)
         target.mkdir(parents=True, exist_ok=True)
         for name in ("final_returns.csv", "curves.csv.gz", "curves.png", "summary.json", "summary.md"):
             shutil.copy(root / name, target / name)

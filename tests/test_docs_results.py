@@ -185,6 +185,30 @@ def test_a_cause_for_no_difference_and_other_settings_are_refused(tmp_path):
     assert result.returncode == 2 and "was trained with other flags than this command's" in result.stderr
 
 
+def test_a_published_result_is_replaced_only_by_the_same_runs(tmp_path):
+    """Publishing again over a published result: the same runs read again replace it; other settings are refused before
+    any run (exit 2), other runs at the same settings after the report (exit 1), a damaged summary.json is named; in
+    every refusal the published files stay as they were."""
+    fabricated(tmp_path, "ppo_cartpole", {"anchor": [490, 495, 500], "project": [492, 497, 499]})
+    pub = tmp_path / "pub"
+    args = ["ppo_cartpole", "--out", tmp_path, "--report-only", "--seeds", "1", "2", "3", "--publish", pub]
+    assert docs_results_cli(*args, cwd=tmp_path).returncode == 0
+    published = pub / "ppo_cartpole" / "summary.json"
+    before = published.read_bytes()
+    assert docs_results_cli(*args, cwd=tmp_path).returncode == 0 and published.read_bytes() == before  # re-read: same
+    result = docs_results_cli(*args[:-4], "--seeds", "1", "2", "--publish", pub, cwd=tmp_path)
+    assert result.returncode == 2 and "seeds [1, 2, 3] -> [1, 2]" in result.stderr and "another folder" in result.stderr
+    assert result.stderr.count("\n") == 1 and published.read_bytes() == before
+    (tmp_path / "ppo_cartpole" / "project" / "seed_3" / "returns.csv").write_text(
+        "global_step,episodic_return\n512,0\n499712,400\n")  # other runs, the same settings
+    result = docs_results_cli(*args, cwd=tmp_path)
+    assert result.returncode == 1 and "holds a result of other runs" in result.stderr
+    assert published.read_bytes() == before
+    published.write_text('{"env_id": "CartPole-v1"')
+    result = docs_results_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2 and f"{published} is damaged" in result.stderr
+
+
 def test_the_report_names_the_machine_the_runs_trained_on(tmp_path):
     """Run folders trained elsewhere (a GPU machine's, copied here) are reported with the machine each done.json names,
     not the one that reads them; folders from before done.json named one count as this machine's."""
