@@ -2,7 +2,7 @@
 
     python benchmark/docs_results.py ppo_cartpole --reference path/to/purejaxrl --out grids/docs_results
     python benchmark/docs_results.py ppo_cartpole --reference path/to/purejaxrl --out grids/docs_results \\
-        --publish benchmark/results/learning
+        --publish path/to/results
 
 One comparison (COMPARISONS below) trains the anchor's own script (CleanRL's or PureJaxRL's, from the user's
 checkout: nothing of either is in this repository) and this project's script at the same environment, budget,
@@ -25,7 +25,8 @@ final_returns.csv (side, seed, final return), curves.png (mean and 95% interval 
 summary.json and summary.md (settings, commands, machine, the table row and the sentence). --publish copies them
 (with each run's curve as curves.csv.gz) to a folder; a result whose interval excludes zero is published only with
 --why, the cause found, which summary.md then states. A published result is replaced only by the same runs read
-again: other settings, commands or final returns are a new result, published to another folder.
+again: other settings, runs still to train, other commands or final returns make a new result, published to another
+folder (refused before any run where it can be told then).
 """
 import argparse
 import csv
@@ -225,7 +226,8 @@ def parse(argv=None):
     parser.add_argument("--dry-run", action="store_true", help="print the runs still to do, run nothing")
     parser.add_argument("--workers", type=int, default=1, help="runs at once")
     parser.add_argument("--report-only", action="store_true", help="read the finished runs, run nothing")
-    parser.add_argument("--publish", type=Path, help="copy the report and every run's curve to this folder")
+    parser.add_argument("--publish", type=Path, help="copy the report and every run's curve to this folder (a result "
+                        "published there is replaced only by the same runs read again)")
     parser.add_argument("--why", help="with --publish: the cause found of a difference whose interval excludes zero")
     opts = parser.parse_args(argv)
     comp = COMPARISONS[opts.comparison]
@@ -274,6 +276,12 @@ def parse(argv=None):
             fail(f"--publish {opts.publish}: {opts.comparison} is published there with other settings "
                  f"({', '.join(changed)}); a result at new settings is a new result: publish it to another folder, "
                  f"the earlier one stays")
+        to_go = [f"{side} seed {seed}" for seed in opts.seeds for side in ("anchor", "project")
+                 if not (opts.out / opts.comparison / side / f"seed_{seed}" / "done.json").exists()]
+        if earlier is not None and to_go and not (opts.report_only or opts.dry_run):
+            fail(f"--publish {opts.publish}: {opts.comparison} is published there, and runs still to train ("
+                 f"{', '.join(to_go)}) make another result: publish it to another folder, the earlier one stays "
+                 f"(--report-only re-reads the runs that made it)")
     if not opts.report_only and not opts.dry_run:
         if comp.anchor_needs and opts.anchor_path is None:
             fail(f"--anchor-path is needed by {opts.comparison}: {comp.anchor} needs {comp.anchor_needs}, which this "
@@ -602,18 +610,18 @@ def main(argv=None):
         print(f"{summary['sentence']}\ndocs_results.py: not published: find the cause of the difference first, then "
               f"publish with --why", file=sys.stderr)
         raise SystemExit(1)
+    earlier = published(opts.publish / opts.comparison) if opts.publish is not None else None
+    if earlier is not None and (earlier["commands"] != summary["commands"] or earlier["finals"] != summary["finals"]):
+        print(f"{summary['sentence']}\ndocs_results.py: not published: {opts.publish / opts.comparison} holds a result "
+              f"of other runs (other commands or final returns); publish this one to another folder, the earlier one "
+              f"stays", file=sys.stderr)
+        raise SystemExit(1)
     if opts.why:
         summary["why"] = opts.why
     write_report(summary, curves, root)
     print((root / "summary.md").read_text())
     if opts.publish is not None:
         target = opts.publish / opts.comparison
-        earlier = published(target)
-        if earlier is not None and (earlier["commands"] != summary["commands"] or earlier["finals"] != summary["finals"]):
-            print(f"{summary['sentence']}\ndocs_results.py: not published: {target} holds a result of other runs (other "
-                  f"commands or final returns); publish this one to another folder, the earlier one stays",
-                  file=sys.stderr)
-            raise SystemExit(1)
         target.mkdir(parents=True, exist_ok=True)
         for name in ("final_returns.csv", "curves.csv.gz", "curves.png", "summary.json", "summary.md"):
             shutil.copy(root / name, target / name)

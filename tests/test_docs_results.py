@@ -186,9 +186,9 @@ def test_a_cause_for_no_difference_and_other_settings_are_refused(tmp_path):
 
 
 def test_a_published_result_is_replaced_only_by_the_same_runs(tmp_path):
-    """Publishing again over a published result: the same runs read again replace it; other settings are refused before
-    any run (exit 2), other runs at the same settings after the report (exit 1), a damaged summary.json is named; in
-    every refusal the published files stay as they were."""
+    """Publishing again over a published result: the same runs read again replace it; other settings and runs still to
+    train are refused before any run (exit 2), other runs at the same settings after the report (exit 1, nothing
+    written), a damaged summary.json is named; in every refusal the published files stay as they were."""
     fabricated(tmp_path, "ppo_cartpole", {"anchor": [490, 495, 500], "project": [492, 497, 499]})
     pub = tmp_path / "pub"
     args = ["ppo_cartpole", "--out", tmp_path, "--report-only", "--seeds", "1", "2", "3", "--publish", pub]
@@ -199,11 +199,20 @@ def test_a_published_result_is_replaced_only_by_the_same_runs(tmp_path):
     result = docs_results_cli(*args[:-4], "--seeds", "1", "2", "--publish", pub, cwd=tmp_path)
     assert result.returncode == 2 and "seeds [1, 2, 3] -> [1, 2]" in result.stderr and "another folder" in result.stderr
     assert result.stderr.count("\n") == 1 and published.read_bytes() == before
+    done, curve = (tmp_path / "ppo_cartpole" / "project" / "seed_3" / name for name in ("done.json", "returns.csv"))
+    kept, trained = done.read_text(), curve.read_text()
+    done.unlink()  # a run still to train: its result cannot be the published one
+    result = docs_results_cli(*[a for a in args if a != "--report-only"], "--reference", STAND_IN, cwd=tmp_path)
+    assert result.returncode == 2 and "runs still to train (project seed 3)" in result.stderr
+    assert result.stderr.count("\n") == 1 and published.read_bytes() == before
+    assert curve.read_text() == trained  # not run: a run starts in a fresh folder
+    done.write_text(kept)
     (tmp_path / "ppo_cartpole" / "project" / "seed_3" / "returns.csv").write_text(
         "global_step,episodic_return\n512,0\n499712,400\n")  # other runs, the same settings
+    report = (tmp_path / "ppo_cartpole" / "summary.json").read_bytes()
     result = docs_results_cli(*args, cwd=tmp_path)
     assert result.returncode == 1 and "holds a result of other runs" in result.stderr
-    assert published.read_bytes() == before
+    assert published.read_bytes() == before and (tmp_path / "ppo_cartpole" / "summary.json").read_bytes() == report
     published.write_text('{"env_id": "CartPole-v1"')
     result = docs_results_cli(*args, cwd=tmp_path)
     assert result.returncode == 2 and f"{published} is damaged" in result.stderr

@@ -12,7 +12,8 @@
 #                       ppo_rnd_qbert at small, ppo_procgen, ppo_procgen_bigfish at small), sfl, or one comparison
 #                       by its name; default all
 #   WORKERS             runs at once (default 2 on a CPU, 1 at SCALE=gpu and paper: JAX takes most of a GPU's memory)
-#   PUBLISH             e.g. benchmark/results/learning: each comparison's report and curves are copied there
+#   PUBLISH             a folder where each comparison's report and curves are copied (benchmark/results/learning holds
+#                       this repository's: a result there is replaced only by the same runs read again)
 # SCALE=small: the comparisons' own settings, what a 2-core CPU carries in about two hours a script. SFL beside
 # domain randomisation is not run at this scale (Kinetix compiles and steps slowly on a CPU): SCALE=gpu.
 # SCALE=gpu and paper, on one GPU: the PureJaxRL comparisons as at small (they take minutes on a CPU); the CleanRL
