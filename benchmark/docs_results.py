@@ -165,7 +165,7 @@ COMPARISONS = {
                           obs_norm_init=5,
                           note=RND_NOTE),
     # ppo_rnd's fallback, fixed before its runs (every run of ppo_rnd on Phoenix-v5 ended below twice Phoenix's random
-    # score, 761.4: neither side left the floor): the same two scripts and settings on Qbert-v5 (random score 163.9)
+    # score of 761.4: neither side left the floor): the same two scripts and settings on Qbert-v5 (random score 163.9)
     "ppo_rnd_qbert": Comparison("ppo_rnd", "CleanRL ppo_rnd_envpool.py", "Qbert-v5", 8, 128, 204_800, [1, 2, 3],
                                 obs_norm_init=5,
                                 note=RND_NOTE),
