@@ -267,21 +267,20 @@ def parse(argv=None):
                 break
     if opts.anchor_path is not None and not opts.anchor_path.is_dir():
         fail(f"--anchor-path {opts.anchor_path}: not a folder")
-    if opts.publish is not None:
-        earlier = published(opts.publish / opts.comparison)
+    opts.earlier = published(opts.publish / opts.comparison) if opts.publish is not None else None
+    if opts.earlier is not None:
         asked = {"env_id": comp.env_id, "num_envs": opts.num_envs, "num_steps": opts.num_steps,
                  "total_timesteps": opts.total_timesteps, "seeds": opts.seeds}
-        changed = [f"{k} {earlier[k]} -> {v}" for k, v in asked.items() if earlier is not None and earlier[k] != v]
+        changed = [f"{k} {opts.earlier[k]} -> {v}" for k, v in asked.items() if opts.earlier[k] != v]
         if changed:
             fail(f"--publish {opts.publish}: {opts.comparison} is published there with other settings "
                  f"({', '.join(changed)}); a result at new settings is a new result: publish it to another folder, "
                  f"the earlier one stays")
-        to_go = [f"{side} seed {seed}" for seed in opts.seeds for side in ("anchor", "project")
-                 if not (opts.out / opts.comparison / side / f"seed_{seed}" / "done.json").exists()]
-        if earlier is not None and to_go and not (opts.report_only or opts.dry_run):
+        to_go = runs_to_go(opts, opts.out / opts.comparison)
+        if to_go and not (opts.report_only or opts.dry_run):
             fail(f"--publish {opts.publish}: {opts.comparison} is published there, and runs still to train ("
-                 f"{', '.join(to_go)}) make another result: publish it to another folder, the earlier one stays "
-                 f"(--report-only re-reads the runs that made it)")
+                 f"{', '.join(f'{side} seed {seed}' for side, seed in to_go)}) make another result: publish it to "
+                 f"another folder, the earlier one stays (--report-only re-reads the runs that made it)")
     if not opts.report_only and not opts.dry_run:
         if comp.anchor_needs and opts.anchor_path is None:
             fail(f"--anchor-path is needed by {opts.comparison}: {comp.anchor} needs {comp.anchor_needs}, which this "
@@ -308,6 +307,12 @@ def published(folder):
     if missing:
         fail(f"--publish: {path} is damaged (no {', '.join(missing)}); move it away to publish there")
     return summary
+
+
+def runs_to_go(opts, root):
+    """[(side, seed)] of the runs without a done.json, seed by seed."""
+    return [(side, seed) for seed in opts.seeds for side in ("anchor", "project")
+            if not (root / side / f"seed_{seed}" / "done.json").exists()]
 
 
 def commands(opts, comp, bench, seed, reference_file):
@@ -381,8 +386,7 @@ def anchor_file(bench):
 
 def dry_run(opts, comp, bench, root):
     """Print the runs still to do, one `(cd FOLDER && python ARGV)` line each, and run nothing."""
-    todo = [(side, seed) for seed in opts.seeds for side in ("anchor", "project")
-            if not (root / side / f"seed_{seed}" / "done.json").exists()]
+    todo = runs_to_go(opts, root)
     print(f"{opts.comparison}: {len(todo)} runs to go of {2 * len(opts.seeds)}")
     for side, seed in todo:
         argv = commands(opts, comp, bench, seed, anchor_file(bench))[side]
@@ -610,7 +614,7 @@ def main(argv=None):
         print(f"{summary['sentence']}\ndocs_results.py: not published: find the cause of the difference first, then "
               f"publish with --why", file=sys.stderr)
         raise SystemExit(1)
-    earlier = published(opts.publish / opts.comparison) if opts.publish is not None else None
+    earlier = opts.earlier  # read before any run
     if earlier is not None and (earlier["commands"] != summary["commands"] or earlier["finals"] != summary["finals"]):
         print(f"{summary['sentence']}\ndocs_results.py: not published: {opts.publish / opts.comparison} holds a result "
               f"of other runs (other commands or final returns); publish this one to another folder, the earlier one "
